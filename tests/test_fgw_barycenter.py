@@ -1,0 +1,117 @@
+"The exact FGW barycenter: POT cross-checks, block updates, stopping, stage mapping (`hara_ref.fgw_barycenter`)."
+import numpy as np, ot, pytest, torch
+from hypothesis import given, settings, strategies as st, HealthCheck
+from hara_ref.fgw import chain_structure
+from hara_ref.fgw_barycenter import (update_features, update_structure, sq_dists, fgw_barycenter, monotone_coupling,
+                                     rollout_barycenter, stage_mapping, stage_recovery, heldout_recovery)
+from hara_ref.data import planted_stage_rollouts
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+def graphs(seed, K=4, N=6):
+    rng = np.random.default_rng(seed)
+    Ys = [rng.normal(size=(n, 3)) for n in rng.integers(4, 10, size=K)]
+    Cs = [ot.dist(x, x, metric='euclidean') for x in [rng.normal(size=(len(Y), 2)) for Y in Ys]]
+    xa = rng.normal(size=(N, 2))
+    return Ys, Cs, ot.dist(xa, xa)
+
+t = lambda x: torch.tensor(x)
+
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_free_barycenter_matches_pot(seed):
+    Ys, Cs, C0 = graphs(seed)
+    X, C, _ = ot.gromov.fgw_barycenters(6, Ys, Cs, alpha=0.5, init_C=C0, log=True, tol=1e-9)
+    Z, Cb = fgw_barycenter([t(y) for y in Ys], [t(c) for c in Cs], L_b=6, alpha=0.5, init_C=t(C0), warmstart=False)
+    np.testing.assert_allclose(Z.numpy(), X, atol=1e-8); np.testing.assert_allclose(Cb.numpy(), C, atol=1e-8)
+
+@pytest.mark.parametrize('fixed', ['structure', 'features'])
+def test_fixed_block_pot_stops_after_one_iteration_ours_continues(fixed):
+    Ys, Cs, C0 = graphs(5)
+    X0 = np.random.default_rng(1).normal(size=(6, 3))
+    kw_pot = dict(fixed_structure=True, init_C=C0) if fixed == 'structure' else dict(fixed_features=True, init_X=X0, init_C=C0)
+    X1, C1, log1 = ot.gromov.fgw_barycenters(6, Ys, Cs, alpha=0.5, log=True, tol=1e-9, **kw_pot)
+    assert len(log1['err_feature']) == 1  # POT 0.9.7's early stop
+    kw = dict(fixed_structure=True, init_C=t(C0)) if fixed == 'structure' else dict(fixed_features=True, init_Z=t(X0), init_C=t(C0))
+    Z1, Cb1, lg1 = fgw_barycenter([t(y) for y in Ys], [t(c) for c in Cs], L_b=6, alpha=0.5, warmstart=False, max_iter=1, log=True, **kw)
+    np.testing.assert_allclose(Z1.numpy(), X1, atol=1e-8); np.testing.assert_allclose(Cb1.numpy(), C1, atol=1e-8)
+    Zn, Cbn, lgn = fgw_barycenter([t(y) for y in Ys], [t(c) for c in Cs], L_b=6, alpha=0.5, log=True, **kw)
+    assert lgn['n_iter'] > 1 and lgn['loss'][-1] < lg1['loss'][-1] - 1e-6 and lgn['err'][-1] <= 1e-9
+
+def test_warm_started_objective_is_monotone():
+    Ys, Cs, C0 = graphs(3, K=5)
+    _, _, lg = fgw_barycenter([t(y) for y in Ys], [t(c) for c in Cs], L_b=5, alpha=0.3, init_C=t(C0[:5, :5]), log=True)
+    assert all(x >= y - 1e-10 for x, y in zip(lg['loss'], lg['loss'][1:]))
+
+def test_block_updates_are_minimisers():
+    "For fixed plans, the closed-form Z and C-bar have zero gradient of the barycenter objective."
+    Ys, Cs, _ = graphs(4, K=3, N=5)
+    b = torch.full((5,), 0.2, dtype=torch.float64)
+    plans = [t(ot.emd(ot.unif(len(y)), b.numpy(), np.random.default_rng(i).random((len(y), 5)))) for i, y in enumerate(Ys)]
+    hs, Cs_ = [t(y) for y in Ys], [t(c) for c in Cs]
+    Z = update_features(plans, hs, [1 / 3] * 3, b).requires_grad_()
+    Cb = update_structure(plans, Cs_, [1 / 3] * 3, b).requires_grad_()
+    from hara_ref.fgw import fgw_objective
+    obj = sum(fgw_objective(P, sq_dists(h, Z), C, Cb, 0.4) for P, h, C in zip(plans, hs, Cs_)) / 3
+    obj.backward()
+    assert Z.grad.abs().max() < 1e-12 and Cb.grad.abs().max() < 1e-12
+
+def test_copies_give_the_graph_back():
+    g = torch.Generator().manual_seed(0)
+    H = torch.randn(5, 3, generator=g, dtype=torch.float64); C = chain_structure(torch.linspace(0, 1, 5, dtype=torch.float64))
+    Z, Cb = fgw_barycenter([H] * 3, [C] * 3, L_b=5, init_Z=H + 0.01)
+    torch.testing.assert_close(Z, H, atol=1e-8, rtol=0); torch.testing.assert_close(Cb, C, atol=1e-8, rtol=0)
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 40), m=st.integers(1, 40), seed=st.integers(0, 1000))
+def test_monotone_coupling_marginals_and_order(n, m, seed):
+    rng = np.random.default_rng(seed)
+    p, b = t(rng.dirichlet(np.ones(n))), t(rng.dirichlet(np.ones(m)))
+    P = monotone_coupling(p, b)
+    assert (P >= 0).all()
+    torch.testing.assert_close(P.sum(1), p, atol=1e-12, rtol=0); torch.testing.assert_close(P.sum(0), b, atol=1e-12, rtol=0)
+    rows, cols = torch.nonzero(P > 1e-15, as_tuple=True)
+    assert (cols.diff() >= 0).all()  # support is a monotone staircase
+    # optimal for the 1-D convex cost (tau - tau_bar)^2
+    tau, tb = np.linspace(0, 1, n) if n > 1 else np.array([.5]), np.linspace(0, 1, m) if m > 1 else np.array([.5])
+    assert float((P * t((tau[:, None] - tb[None]) ** 2)).sum()) <= ot.emd2(p.numpy(), b.numpy(), (tau[:, None] - tb[None]) ** 2) + 1e-10
+
+def test_stage_mapping_and_recovery():
+    pr = planted_stage_rollouts(K=6, seed=0, noise=0.15)
+    Z, Cb, lg = rollout_barycenter(pr.hidden, pr.mask, L_b=12, max_iter=10)
+    st_ = [pr.stages[i][pr.mask[i]] for i in range(6)]
+    A = stage_mapping(lg['plans'], st_, 6)
+    torch.testing.assert_close(A.sum(1), torch.ones(12, dtype=torch.float64))
+    labels = A.argmax(1)
+    assert (labels.diff() >= 0).all() and labels.unique().tolist() == list(range(6))  # every stage, in order
+    pur = stage_recovery(lg['plans'], st_, labels)
+    assert 0.9 < pur <= 1 + 1e-12  # clean stages: nodes are nearly pure
+    np.testing.assert_allclose(pur, float((torch.full((12,), 1 / 12, dtype=torch.float64) * A.max(1).values).sum()), atol=1e-12)
+    test = planted_stage_rollouts(K=9, seed=0, noise=0.15)  # same centres (same seed); rollouts 6.. are fresh
+    assert heldout_recovery(Z, Cb, labels, test.hidden[6:], test.mask[6:], test.stages[6:]) > 0.8
+
+def test_fgw_beats_w_and_gw_on_noisy_stages():
+    "The notebook's study at K=8, one seed: held-out stage recovery FGW > W > GW (noise 1.2)."
+    pr = planted_stage_rollouts(K=16, seed=1, p_skip=.15, p_repeat=.15, p_swap=.15, noise=1.2)
+    sc = {}
+    for al in (0., 0.25, 1.):
+        Z, Cb, lg = rollout_barycenter(pr.hidden[:8], pr.mask[:8], L_b=16, alpha=al, max_iter=20)
+        labels = stage_mapping(lg['plans'], [pr.stages[i][pr.mask[i]] for i in range(8)], 6).argmax(1)
+        sc[al] = heldout_recovery(Z, Cb, labels, pr.hidden[8:], pr.mask[8:], pr.stages[8:], alpha=al)
+    assert sc[0.25] > sc[0.] > sc[1.], sc
+
+def test_bad_input():
+    Ys, Cs, C0 = graphs(0)
+    with pytest.raises(ValueError, match='as many structures'): fgw_barycenter([t(y) for y in Ys], [t(c) for c in Cs[:-1]], L_b=4)
+    with pytest.raises(ValueError, match='needs init_Z'): fgw_barycenter([t(y) for y in Ys], [t(c) for c in Cs], L_b=4, fixed_features=True)
+    pr = planted_stage_rollouts(K=2, seed=0)
+    with pytest.raises(ValueError, match='structure must be'): rollout_barycenter(pr.hidden, pr.mask, structure='tree')
+
+def test_float32_rollouts():
+    pr = planted_stage_rollouts(K=4, seed=0, dtype=torch.float32)
+    Z, Cb, lg = rollout_barycenter(pr.hidden, pr.mask, L_b=8, max_iter=5)
+    assert Z.dtype == torch.float32 and torch.isfinite(Z).all() and torch.isfinite(Cb).all()
+    assert all(torch.isfinite(P).all() and (P >= 0).all() for P in lg['plans'])

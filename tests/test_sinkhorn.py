@@ -1,0 +1,148 @@
+"Property tests, POT cross-checks and failure cases for `hara_ref.sinkhorn` (batched log-domain Sinkhorn)."
+import warnings
+import numpy as np, ot, pytest, torch
+from hypothesis import given, settings, strategies as st, HealthCheck
+from hara_ref.sinkhorn import sinkhorn_log, sinkhorn_log2, sinkhorn_naive, check_ot_inputs, SinkhornConvergenceWarning
+
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    "Tiny tensors on a shared 2-core machine: one torch thread is fastest; restore afterwards."
+    n = torch.get_num_threads(); torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+def problem(seed, B, n, m, dtype=torch.float64, scale=1.):
+    "Random batched problem with Dirichlet weights and costs in [0, 2*scale]."
+    rng = np.random.default_rng(seed)
+    a = torch.tensor(rng.dirichlet(np.ones(n), size=B), dtype=dtype)
+    b = torch.tensor(rng.dirichlet(np.ones(m), size=B), dtype=dtype)
+    M = torch.tensor(2 * scale * rng.random((B, n, m)), dtype=dtype)
+    return a, b, M
+
+@SETTINGS
+@given(seed=st.integers(0, 10**6), B=st.integers(1, 3), n=st.integers(1, 20), m=st.integers(1, 20),
+       reg=st.sampled_from([0.05, 0.1, 0.5]))
+def test_plan_properties_and_pot(seed, B, n, m, reg):
+    a, b, M = problem(seed, B, n, m)
+    plan, lg = sinkhorn_log(a, b, M, reg, log=True, num_iter_max=5000)
+    assert plan.shape == (B, n, m) and (plan >= 0).all() and torch.isfinite(plan).all()
+    torch.testing.assert_close(plan.sum(-1), a, atol=1e-12, rtol=0)  # exact after the last u-update
+    assert lg['converged'].all()
+    assert ((plan.sum(-2) - b).norm(dim=-1) < 1e-9).all()  # column marginal within stop_thr
+    for i in range(B):
+        ref = ot.sinkhorn(a[i].numpy(), b[i].numpy(), M[i].numpy(), reg, method='sinkhorn_log', numItermax=5000)
+        np.testing.assert_allclose(plan[i].numpy(), ref, atol=1e-10, rtol=0)
+
+@SETTINGS
+@given(seed=st.integers(0, 10**6), lens=st.lists(st.integers(1, 15), min_size=1, max_size=4),
+       mlens=st.lists(st.integers(1, 8), min_size=4, max_size=4))
+def test_ragged_batch_equals_one_by_one(seed, lens, mlens):
+    B, n, m = len(lens), max(lens), max(mlens[:len(lens)])
+    rng = np.random.default_rng(seed)
+    a, b = torch.zeros(B, n, dtype=torch.float64), torch.zeros(B, m, dtype=torch.float64)
+    M = torch.tensor(rng.random((B, n, m)), dtype=torch.float64)
+    for i, (L, Lm) in enumerate(zip(lens, mlens)):
+        a[i, :L] = torch.tensor(rng.dirichlet(np.ones(L))); b[i, :Lm] = torch.tensor(rng.dirichlet(np.ones(Lm)))
+    plan = sinkhorn_log(a, b, M, 0.1, num_iter_max=5000)
+    for i, (L, Lm) in enumerate(zip(lens, mlens)):
+        single = sinkhorn_log(a[i, :L], b[i, :Lm], M[i, :L, :Lm], 0.1, num_iter_max=5000)
+        torch.testing.assert_close(plan[i, :L, :Lm], single, atol=1e-13, rtol=0)
+        assert (plan[i, L:] == 0).all() and (plan[i, :, Lm:] == 0).all()
+
+def test_broadcast_shared_b_and_absent_item():
+    a, b, M = problem(0, 4, 10, 5)
+    a[2] = 0.  # absent item
+    plan, lg = sinkhorn_log(a, b[0], M, 0.1, log=True)  # b broadcast over the batch
+    assert (plan[2] == 0).all() and lg['converged'].all()
+    torch.testing.assert_close(plan[1], sinkhorn_log(a[1], b[0], M[1], 0.1), atol=1e-14, rtol=0)
+
+def test_float32_large_norms_no_nan():
+    g = torch.Generator().manual_seed(0)
+    h, z = 50 * torch.randn(4, 64, 32, generator=g), 50 * torch.randn(4, 16, 32, generator=g)  # costs ~ 1e5
+    M = torch.cdist(h, z) ** 2
+    with pytest.warns(SinkhornConvergenceWarning):  # honest: it cannot converge at reg 0.05 on such costs
+        plan = sinkhorn_log(torch.full((4, 64), 1 / 64), torch.full((4, 16), 1 / 16), M, 0.05, num_iter_max=200)
+    assert torch.isfinite(plan).all() and (plan >= 0).all()
+    torch.testing.assert_close(plan.sum(-1), torch.full((4, 64), 1 / 64), atol=1e-6, rtol=1e-4)
+
+def test_float32_unit_features_converge_and_match_float64():
+    g = torch.Generator().manual_seed(1)
+    h = torch.nn.functional.normalize(torch.randn(8, 128, 16, generator=g), dim=-1)
+    z = torch.nn.functional.normalize(torch.randn(8, 32, 16, generator=g), dim=-1)
+    M = torch.cdist(h, z) ** 2
+    a, b = torch.full((8, 128), 1 / 128), torch.full((8, 32), 1 / 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', SinkhornConvergenceWarning)
+        p32, lg = sinkhorn_log(a, b, M, 0.05, log=True)
+    p64 = sinkhorn_log(a.double(), b.double(), M.double(), 0.05)
+    assert p32.dtype == torch.float32 and lg['stop_thr'] > 1e-9
+    assert (p32.double() - p64).abs().max() < 1e-6
+
+def test_naive_underflows_log_domain_does_not():
+    g = torch.Generator().manual_seed(0)
+    M = torch.cdist(3 * torch.randn(20, 64, generator=g, dtype=torch.float64), 3 * torch.randn(6, 64, generator=g, dtype=torch.float64)) ** 2
+    a, b = torch.full((20,), 1 / 20, dtype=torch.float64), torch.full((6,), 1 / 6, dtype=torch.float64)
+    with np.errstate(all='ignore'):
+        assert sinkhorn_naive(a, b, M, 0.05, n_iter=5).isnan().any()
+    with pytest.warns(SinkhornConvergenceWarning):
+        assert torch.isfinite(sinkhorn_log(a, b, M, 0.05, num_iter_max=50)).all()
+
+def test_log_agrees_with_naive_where_naive_works():
+    a, b, M = problem(3, 1, 12, 7)
+    torch.testing.assert_close(sinkhorn_log(a[0], b[0], M[0], 0.5, stop_thr=1e-13), sinkhorn_naive(a[0], b[0], M[0], 0.5, n_iter=3000), atol=1e-12, rtol=0)
+
+def test_cost_and_emd_limit():
+    a, b, M = problem(4, 1, 15, 10)
+    c = sinkhorn_log2(a, b, M, 0.1)
+    ref = ot.sinkhorn2(a[0].numpy(), b[0].numpy(), M[0].numpy(), 0.1, method='sinkhorn_log')
+    np.testing.assert_allclose(float(c[0]), float(ref), atol=1e-10)
+    costs = [float(sinkhorn_log2(a, b, M, r, num_iter_max=50000)[0]) for r in (0.1, 0.01, 0.002)]
+    exact = ot.emd2(a[0].numpy(), b[0].numpy(), M[0].numpy())
+    assert costs[0] >= costs[1] >= costs[2] >= exact - 1e-9 and costs[2] - exact < 0.02
+
+def test_warm_start_saves_iterations():
+    a, b, M = problem(5, 4, 60, 20)
+    _, lg = sinkhorn_log(a, b, M, 0.05, log=True, num_iter_max=5000)
+    p_cold, lg_cold = sinkhorn_log(a, b, 1.01 * M, 0.05, log=True, num_iter_max=5000)
+    p_warm, lg_warm = sinkhorn_log(a, b, 1.01 * M, 0.05, log=True, num_iter_max=5000, log_u0=lg['log_u'])
+    assert lg_warm['n_iter'] < lg_cold['n_iter']
+    torch.testing.assert_close(p_warm, p_cold, atol=1e-8, rtol=0)
+
+def test_warns_on_non_convergence_and_log_contents():
+    a, b, M = problem(6, 2, 30, 30)
+    with pytest.warns(SinkhornConvergenceWarning, match='did not converge'):
+        _, lg = sinkhorn_log(a, b, M, 0.001, num_iter_max=10, log=True)
+    assert set(lg) >= {'n_iter', 'err', 'log_u', 'log_v', 'converged'} and lg['n_iter'] == 10 and not lg['converged'].any()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        sinkhorn_log(a, b, M, 0.001, num_iter_max=10, warn=False)
+
+@pytest.mark.parametrize('bad, msg', [
+    (lambda a, b, M: (a, b, M[..., :-1]), 'shape mismatch'),
+    (lambda a, b, M: (a, b, M.clone().fill_(float('nan'))), 'nan'),
+    (lambda a, b, M: (a - 0.5, b, M), 'non-negative'),
+    (lambda a, b, M: (2 * a, b, M), 'normalised'),
+    (lambda a, b, M: (a.float(), b, M), 'dtype mismatch'),
+    (lambda a, b, M: (a.numpy(), b, M), 'torch.Tensor'),
+    (lambda a, b, M: (a, b, M[:2]), 'broadcast'),
+])
+def test_bad_input(bad, msg):
+    a, b, M = problem(7, 3, 4, 5)
+    with pytest.raises((ValueError, TypeError), match=msg):
+        sinkhorn_log(*bad(a, b, M), 0.1)
+
+@pytest.mark.parametrize('reg', [0., -1., float('nan'), float('inf')])
+def test_bad_reg(reg):
+    a, b, M = problem(8, 1, 3, 3)
+    with pytest.raises(ValueError, match='reg must be'):
+        sinkhorn_log(a, b, M, reg)
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs CUDA')
+def test_cuda_matches_cpu():
+    a, b, M = problem(9, 4, 50, 16)
+    cpu = sinkhorn_log(a, b, M, 0.05)
+    gpu = sinkhorn_log(a.cuda(), b.cuda(), M.cuda(), 0.05)
+    assert gpu.device.type == 'cuda'
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-12, rtol=0)
