@@ -3,7 +3,8 @@ import numpy as np, ot, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from hara_ref.fgw import chain_structure
 from hara_ref.fgw_barycenter import (update_features, update_structure, sq_dists, fgw_barycenter, monotone_coupling,
-                                     rollout_barycenter, stage_mapping, stage_recovery, heldout_recovery)
+                                     rollout_barycenter, stage_mapping, stage_recovery, heldout_recovery,
+                                     lookalike_stage_rollouts)
 from hara_ref.data import planted_stage_rollouts
 
 @pytest.fixture(autouse=True)
@@ -93,15 +94,38 @@ def test_stage_mapping_and_recovery():
     test = planted_stage_rollouts(K=9, seed=0, noise=0.15)  # same centres (same seed); rollouts 6.. are fresh
     assert heldout_recovery(Z, Cb, labels, test.hidden[6:], test.mask[6:], test.stages[6:]) > 0.8
 
-def test_fgw_beats_w_and_gw_on_noisy_stages():
-    "The notebook's study at K=8, one seed: held-out stage recovery FGW > W > GW (noise 1.2)."
-    pr = planted_stage_rollouts(K=16, seed=1, p_skip=.15, p_repeat=.15, p_swap=.15, noise=1.2)
-    sc = {}
-    for al in (0., 0.25, 1.):
-        Z, Cb, lg = rollout_barycenter(pr.hidden[:8], pr.mask[:8], L_b=16, alpha=al, max_iter=20)
-        labels = stage_mapping(lg['plans'], [pr.stages[i][pr.mask[i]] for i in range(8)], 6).argmax(1)
-        sc[al] = heldout_recovery(Z, Cb, labels, pr.hidden[8:], pr.mask[8:], pr.stages[8:], alpha=al)
-    assert sc[0.25] > sc[0.] > sc[1.], sc
+def _hsr(pr, K, alpha, K_test=8, L_b=12):
+    "Held-out stage recovery of the notebook's study: barycenter on rollouts [:K], score rollouts [-K_test:]."
+    Z, Cb, lg = rollout_barycenter(pr.hidden[:K], pr.mask[:K], L_b=L_b, alpha=alpha, max_iter=20)
+    labels = stage_mapping(lg['plans'], [pr.stages[i][pr.mask[i]] for i in range(K)], 6).argmax(1)
+    return heldout_recovery(Z, Cb, labels, pr.hidden[-K_test:], pr.mask[-K_test:], pr.stages[-K_test:], alpha=alpha)
+
+def test_fgw_beats_w_and_gw_on_lookalike_stages():
+    "The notebook's study (same data: 24 rollouts, the last 8 held out) on two seeds: FGW > W and FGW > GW at K=8, and FGW's score rises from K=2 to K=8."
+    rise = []
+    for seed in (0, 1):
+        pr = lookalike_stage_rollouts(K=24, seed=seed, noise=0.5, p_skip=.15, p_repeat=.15, p_swap=.15)
+        sc = {al: _hsr(pr, 8, al) for al in (0., 0.25, 1.)}
+        assert sc[0.25] > sc[0.] + 0.03 and sc[0.25] > sc[1.] + 0.03, (seed, sc)
+        rise.append(sc[0.25] - _hsr(pr, 2, 0.25))
+    assert np.mean(rise) > 0, rise
+
+def test_without_lookalikes_fgw_and_w_tie():
+    "The mechanism: with well-separated stage centres (share=0) features suffice, and W is as good as FGW."
+    pr = lookalike_stage_rollouts(K=24, seed=0, share=0., noise=0.5, p_skip=.15, p_repeat=.15, p_swap=.15)
+    assert abs(_hsr(pr, 8, 0.25) - _hsr(pr, 8, 0.)) < 0.03
+
+def test_lookalike_stage_rollouts():
+    la = lookalike_stage_rollouts(K=4, seed=2, noise=0.3, p_skip=.2)
+    pl = planted_stage_rollouts(K=4, seed=2, noise=0.3, p_skip=.2)
+    assert torch.equal(la.stages, pl.stages) and torch.equal(la.mask, pl.mask)
+    torch.testing.assert_close(la.centers.norm(dim=-1), torch.ones(6, dtype=torch.float64))
+    assert float(la.centers[0] @ la.centers[5]) > 0.95 and float(la.centers[1] @ la.centers[4]) > 0.95
+    torch.testing.assert_close(la.hidden - la.centers[la.stages.clamp(min=0)] * la.mask[..., None],
+                               pl.hidden - pl.centers[pl.stages.clamp(min=0)] * pl.mask[..., None])  # same noise
+    torch.testing.assert_close(lookalike_stage_rollouts(K=4, seed=2, noise=0.3, p_skip=.2, share=0.).hidden, pl.hidden)
+    with pytest.raises(ValueError, match='share must be'): lookalike_stage_rollouts(share=-0.1)
+    with pytest.raises(ValueError, match='pairs must be'): lookalike_stage_rollouts(pairs=((2, 2),))
 
 def test_bad_input():
     Ys, Cs, C0 = graphs(0)
