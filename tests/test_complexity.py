@@ -1,0 +1,45 @@
+"Tests for hara_ref.complexity (Theorem 3.3 measurements and `hara-ref bench ot`)."
+import json, numpy as np, pytest, torch
+from hara_ref.complexity import (bench_ot_cli, LargestTensor, linearized_pipeline, bench_rollouts, loglog_slope,
+                                 format_barycenter_row, pot_fgw_barycenter)
+
+def test_bench_ot_quick_prints_ratio_lines(capsys, tmp_path):
+    out = tmp_path / 'bench.json'
+    assert bench_ot_cli(['--quick', '--out', str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    bary = [l for l in lines if l.startswith('L=')]
+    assert len(bary) == 2 and all('ratio' in l and 'POT default call' in l and 'POT run to tol' in l for l in bary)
+    assert 'extrapolated' in bary[1]  # L=256 > --pot-full-max-L in quick mode
+    assert any(l.startswith('sinkhorn') and 'ratio' in l for l in lines)
+    res = json.loads(out.read_text())
+    assert {'barycenter', 'sinkhorn', 'args'} <= set(res) and len(res['barycenter']) == 2
+
+def test_bench_ot_cli_bad_flag():
+    with pytest.raises(SystemExit): bench_ot_cli(['--data', 'nope'])
+
+def test_linearized_path_never_builds_L_by_L():
+    L = 600
+    h, m = bench_rollouts(4, L, 16)
+    with LargestTensor() as rec: nov = linearized_pipeline(h, m, L_b=16, warn=False)
+    assert rec.numel < L * L and rec.numel <= 4 * L * max(16 + 1, 16)
+    assert nov.shape == (4, L) and torch.isfinite(nov).all() and (nov >= 0).all()
+
+def test_bench_rollouts_kinds():
+    for kind in ('gauss', 'planted'):
+        h, m = bench_rollouts(3, 100, 8, kind)
+        assert h.shape == (3, 100, 8) and m.all() and (h.norm(dim=-1) > 0).all()
+    with pytest.raises(ValueError, match='kind'): bench_rollouts(kind='x')
+
+def test_loglog_slope_and_row_format():
+    assert abs(loglog_slope([10, 100, 1000], [1, 10, 100]) - 1) < 1e-12
+    r = dict(L=512, t_lin=0.1, lin_iters=10, lin_sinkhorn_iters=20, t_pot_default=1., ratio_default=10., t_pot_tol=5.,
+             pot_iters=20, pot_extrapolated=True, pot_probe_iters=2, pot_probe_time=0.5, ratio_tol=50.)
+    s = format_barycenter_row(r)
+    assert 'ratio 10.0x' in s and 'ratio 50.0x' in s and 'extrapolated' in s
+
+def test_pot_reference_runs():
+    h, m = bench_rollouts(3, 20, 4)
+    X, n = pot_fgw_barycenter(h, m, L_b=5)
+    assert X.shape == (5, 4) and n == 1  # POT 0.9.7 stops after one outer iteration with a fixed structure
+    X2, n2 = pot_fgw_barycenter(h, m, L_b=5, stop_criterion='loss')
+    assert n2 >= 1 and np.isfinite(X2).all()
