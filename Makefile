@@ -17,5 +17,6 @@ train: install
 
 test: install
 	PATH="$(abspath $(BIN)):$$PATH" bash tools/check_sync.sh
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/nbdev_test --n_workers 2 --timing
+	# two notebooks at a time, one BLAS/OpenMP thread each: two 2-thread torch processes on 2 cores thrash
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/nbdev_test --n_workers 2 --timing
 	$(BIN)/python -m pytest -q tests
