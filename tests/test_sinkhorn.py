@@ -110,6 +110,29 @@ def test_warm_start_saves_iterations():
     assert lg_warm['n_iter'] < lg_cold['n_iter']
     torch.testing.assert_close(p_warm, p_cold, atol=1e-8, rtol=0)
 
+def test_warm_start_from_both_potentials():
+    a, b, M = problem(5, 4, 60, 20)
+    _, lg = sinkhorn_log(a, b, M, 0.05, log=True, num_iter_max=5000)
+    p_cold = sinkhorn_log(a, b, 1.01 * M, 0.05, num_iter_max=5000)
+    p_warm, lg_warm = sinkhorn_log(a, b, 1.01 * M, 0.05, log=True, num_iter_max=5000, log_u0=lg['log_u'], log_v0=lg['log_v'],
+                                   check_inputs=False)
+    assert lg_warm['converged'].all()
+    torch.testing.assert_close(p_warm, p_cold, atol=1e-8, rtol=0)
+
+@pytest.mark.parametrize('omega', [1.5, 1.9, 'auto'])
+def test_over_relaxation_same_plan_fewer_iterations(omega):
+    a, b, M = problem(8, 3, 50, 8)
+    p1, lg1 = sinkhorn_log(a, b, M, 0.01, log=True, num_iter_max=50000)
+    pw, lgw = sinkhorn_log(a, b, M, 0.01, log=True, num_iter_max=50000, omega=omega)
+    assert lgw['converged'].all() and lgw['n_iter'] < lg1['n_iter']
+    torch.testing.assert_close(pw, p1, atol=1e-8, rtol=0)
+    torch.testing.assert_close(pw.sum(-1), a, atol=1e-14, rtol=0)
+
+def test_bad_omega():
+    a, b, M = problem(9, 1, 5, 4)
+    for om in (0.5, 2., 'fast'):
+        with pytest.raises(ValueError, match='omega'): sinkhorn_log(a, b, M, 0.1, omega=om)
+
 def test_warns_on_non_convergence_and_log_contents():
     a, b, M = problem(6, 2, 30, 30)
     with pytest.warns(SinkhornConvergenceWarning, match='did not converge'):
