@@ -112,8 +112,9 @@ def barycenter_update(plans:torch.Tensor, # (..., K, T, L_b) plans rollout -> ba
                       lam:torch.Tensor    # (..., K) rollout weights, summing to 1 (0 = absent)
                      ) -> torch.Tensor:   # (..., L_b, d)
     "Feature step of the barycenter: $Z = \\operatorname{diag}(1/b)\\sum_i \\lambda_i T_i^\\top H_i$, $b$ = the plans' column mass."
-    TH = (lam[..., None, None] * (plans.transpose(-1, -2) @ h)).sum(-3)  # (..., L_b, d)  sum_i lam_i T_i^T H_i
-    b = (lam.unsqueeze(-1) * plans.sum(-2)).sum(-2)  # (..., L_b)  sum_i lam_i T_i^T 1 (= b at exact marginals)
+    P = lam[..., None, None] * plans  # (..., K, T, L_b)  lam_i T_i
+    TH = P.flatten(-3, -2).transpose(-1, -2) @ h.flatten(-3, -2)  # (..., L_b, d)  sum_i lam_i T_i^T H_i, one product over (i, t)
+    b = P.sum((-3, -2))  # (..., L_b)  sum_i lam_i T_i^T 1 (= b at exact marginals)
     return TH / b.clamp_min(torch.finfo(b.dtype).tiny).unsqueeze(-1)  # (..., L_b, d)
 
 # %% ../nbs/06_linearization.ipynb #98e068d9
@@ -144,6 +145,19 @@ def barycenter_cost(phi:torch.Tensor,     # (..., K, T, d+1) lifted rollouts
     return sq_dists(phi, phi_bar.unsqueeze(-3))  # (..., K, T, L_b)
 
 # %% ../nbs/06_linearization.ipynb #0a6f0e42
+def _barycenter_group(h, hh, G, a, b, lam, Z, reg, alpha, max_iter, tol, stop_thr, inner_rtol, inner_iter, omega, check_every):
+    "One group's barycenter loop (`linearized_barycenter` runs it per group, so each group stops on its own `tol`)."
+    log_u, log_v, errs, n_sk = None, None, [1.], 0
+    for it in range(max_iter):
+        M = (h @ Z.transpose(-1, -2)).mul_(-2).add_(hh).add_((Z * Z).sum(-1)).clamp_min_(0).mul_(1 - alpha).add_(G)  # (K, T, L_b) lifted cost
+        plans, lg = sinkhorn_log(a, b, M, reg, num_iter_max=inner_iter, stop_thr=max(stop_thr, inner_rtol * errs[-1]),
+                                 check_every=check_every, warn=False, log=True, log_u0=log_u, log_v0=log_v, omega=omega,
+                                 check_inputs=it == 0)  # (K, T, L_b) inputs validated once; later M is ours
+        Z_new, log_u, log_v, n_sk = barycenter_update(plans, h, lam), lg['log_u'], lg['log_v'], n_sk + lg['n_iter']  # (L_b, d)
+        errs.append(float((Z_new - Z).abs().max())); Z = Z_new
+        if errs[-1] < tol: break
+    return Z, plans, (plans * M).sum(-1), lg['err'], it + 1, n_sk, errs[1:]
+
 def linearized_barycenter(h:torch.Tensor,     # (..., K, T, d) hidden states of the rollouts of each group
                           mask:torch.Tensor,  # (..., K, T) bool, True on real tokens; all-False row = absent rollout
                           alpha:float=0.25,   # FGW trade-off (weight of the structure term)
@@ -162,21 +176,24 @@ def linearized_barycenter(h:torch.Tensor,     # (..., K, T, d) hidden states of 
                          ) -> tuple:          # Z (..., L_b, d) and info dict
     "Linearized FGW barycenter (Lemma 3.1): free-support $W_2$ barycenter of lifted rollouts, $\\bar\\tau$ fixed on the chain."
     lam = check_barycenter_inputs(h, mask, weights)  # (..., K)
-    h = normalize_features(h, how=normalize) * mask.unsqueeze(-1)  # (..., K, T, d)
+    hn = normalize_features(h, how=normalize)  # (..., K, T, d)
+    h = hn * mask.unsqueeze(-1) if hn is h or hn.requires_grad else hn.mul_(mask.unsqueeze(-1))  # (..., K, T, d) no extra copy
     tau_bar, tol = chain_tau_bar(L_b, h.dtype, h.device), max(tol, 100 * torch.finfo(h.dtype).eps)  # (L_b,)
-    phi = lift(h, chain_positions(mask, h.dtype), alpha)  # (..., K, T, d+1)
+    G = alpha * linear_cost(chain_positions(mask, h.dtype), tau_bar)  # (..., K, T, L_b) position part of the lifted cost, fixed
+    hh = (h * h).sum(-1, keepdim=True)  # (..., K, T, 1) $\lVert h_t\rVert^2$, once
     a = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1)  # (..., K, T) all-zero row = absent
     b = torch.full(mask.shape[:-1] + (L_b,), 1 / L_b, dtype=h.dtype, device=h.device)  # (..., K, L_b)
-    Z, log_u, log_v, errs, n_sk = barycenter_update(monotone_plan(a, b), h, lam), None, None, [1.], 0  # (..., L_b, d)
-    for it in range(max_iter):
-        M = barycenter_cost(phi, Z, tau_bar, alpha)  # (..., K, T, L_b)
-        plans, lg = sinkhorn_log(a, b, M, reg, num_iter_max=inner_iter, stop_thr=max(stop_thr, inner_rtol * errs[-1]),
-                                 check_every=check_every, warn=False, log=True, log_u0=log_u, log_v0=log_v, omega=omega,
-                                 check_inputs=it == 0)  # (..., K, T, L_b) inputs validated once; later M is ours
-        Z_new, log_u, log_v, n_sk = barycenter_update(plans, h, lam), lg['log_u'], lg['log_v'], n_sk + lg['n_iter']  # (..., L_b, d)
-        errs.append(float((Z_new - Z).abs().max())); Z = Z_new
-        if errs[-1] < tol: break
-    if warn and errs[-1] >= tol:
-        warnings.warn(f"linearized_barycenter: not converged in {max_iter} iterations (last change {errs[-1]:.2e} >= tol {tol:.1e})", stacklevel=2)
-    return Z, dict(plans=plans, tau_bar=tau_bar, n_iter=it + 1, sinkhorn_iters=n_sk, err=errs[1:], converged=errs[-1] < tol,
-                   marginal_err=lg['err'], token_cost=(plans * M).sum(-1), lam=lam)
+    Z0 = barycenter_update(monotone_plan(a, b), h, lam)  # (..., L_b, d)
+    batch, K, T, d = h.shape[:-3], *h.shape[-3:]
+    f = lambda x: x.reshape(-1, *x.shape[len(batch):])  # flatten the groups
+    out = [_barycenter_group(*g, reg, alpha, max_iter, tol, stop_thr, inner_rtol, inner_iter, omega, check_every)
+           for g in zip(*map(f, (h, hh, G, a, b, lam, Z0)))]
+    Z, plans, cost, merr = (torch.stack([o[i] for o in out]).reshape(*batch, *out[0][i].shape) for i in range(4))  # (..., L_b, d), ...
+    n_it = torch.tensor([o[4] for o in out]).reshape(batch)  # (...,) barycenter iterations of each group
+    errs = [max(o[6][k] for o in out if len(o[6]) > k) for k in range(int(n_it.max()))]  # largest change among groups still iterating
+    conv = torch.tensor([o[6][-1] < tol for o in out]).reshape(batch)  # (...,)
+    if warn and not conv.all():
+        warnings.warn(f"linearized_barycenter: {int((~conv).sum())} of {conv.numel()} groups not converged in {max_iter} iterations "
+                      f"(largest last change {max(o[6][-1] for o in out):.2e} >= tol {tol:.1e})", stacklevel=2)
+    return Z, dict(plans=plans, tau_bar=tau_bar, n_iter=int(n_it.max()), n_iter_group=n_it, sinkhorn_iters=max(o[5] for o in out),
+                   err=errs, converged=bool(conv.all()), converged_group=conv, marginal_err=merr, token_cost=cost, lam=lam)

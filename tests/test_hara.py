@@ -14,8 +14,8 @@ from hara_ref.data import planted_stage_rollouts
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Fixed iteration counts (outer and inner, per-item Sinkhorn stopping in float64): then a rollout's numbers do not
-# depend on which other groups share the batch, up to rounding. `linearized_barycenter`'s tolerance-based stopping is
-# global over the batch, so with the defaults packing can move numbers at the level of its `tol` (documented).
+# depend on which other groups share the batch, up to rounding. `linearized_barycenter` also stops each outcome group
+# on its own `tol`, so packing is invariant with the defaults too (`test_padding_and_packing_change_nothing_default_tol`).
 EXACT = dict(bary_kw=dict(max_iter=3, tol=0., inner_rtol=0., stop_thr=1e-10, inner_iter=200))
 
 @st.composite
@@ -83,6 +83,21 @@ def test_padding_and_packing_change_nothing(b1, b2, extra, gi):
     torch.testing.assert_close(a[:len(r1), :h1.shape[1]], a1, atol=1e-9, rtol=1e-9)
     torch.testing.assert_close(a[len(r1):, :h2.shape[1]], a2, atol=1e-9, rtol=1e-9)
     assert (a[:len(r1), h1.shape[1]:] == 0).all() and (a[len(r1):, h2.shape[1]:] == 0).all()
+
+@SETTINGS
+@given(batches(max_prompts=2), batches(max_prompts=2), st.integers(1, 4), st.sampled_from(range(3)))
+def test_padding_and_packing_change_nothing_default_tol(b1, b2, extra, gi):
+    "With the default tolerance-based stopping too: each outcome group stops on its own tol (`linearized_barycenter`)."
+    (h1, m1, r1, g1), (h2, m2, r2, g2) = b1, b2
+    a1, _ = hara_advantages(h1, m1, r1, g1, **GRAN[gi])
+    a2, _ = hara_advantages(h2, m2, r2, g2, **GRAN[gi])
+    T = max(h1.shape[1], h2.shape[1]) + extra
+    pad = lambda h, m: (torch.cat([h, torch.randn(h.shape[0], T - h.shape[1], h.shape[2], dtype=h.dtype)], 1),
+                        torch.cat([m, torch.zeros(m.shape[0], T - m.shape[1], dtype=torch.bool)], 1))
+    (H1, M1), (H2, M2) = pad(h1, m1), pad(h2, m2)
+    a, _ = hara_advantages(torch.cat([H1, H2]), torch.cat([M1, M2]), torch.cat([r1, r2]), torch.cat([g1, g2 + 100]), **GRAN[gi])
+    torch.testing.assert_close(a[:len(r1), :h1.shape[1]], a1, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(a[len(r1):, :h2.shape[1]], a2, atol=1e-9, rtol=1e-9)
 
 @SETTINGS
 @given(batches(), st.sampled_from(['grpo', 'drgrpo', 'dapo']), st.sampled_from(range(3)))

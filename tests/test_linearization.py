@@ -96,6 +96,20 @@ def test_batched_ragged_absent_equals_one_by_one():
     assert ib['plans'][0, 3:].abs().sum() == 0 and ib['plans'][2, 2:].abs().sum() == 0
     assert ib['plans'].shape == (3, 5, 16, 5) and ib['token_cost'].shape == (3, 5, 16)
 
+def test_batched_default_tol_equals_one_by_one():
+    "Each group stops on its own tol: packing groups (ragged, absent rollouts) with the defaults changes no number."
+    groups = [_group(s, K=k) for s, k in ((1, 3), (2, 5), (3, 2), (4, 4))]
+    H = torch.zeros(4, 5, 16, 6, dtype=f64); Mk = torch.zeros(4, 5, 16, dtype=torch.bool)
+    for i, (h, m) in enumerate(groups): H[i, :h.shape[0], :h.shape[1]] = h; Mk[i, :m.shape[0], :m.shape[1]] = m
+    Zb, ib = linearized_barycenter(H, Mk, warn=False)
+    for i, (h, m) in enumerate(groups):
+        Z1, i1 = linearized_barycenter(h, m, warn=False)
+        torch.testing.assert_close(Zb[i], Z1, rtol=0, atol=1e-10)
+        K, T = m.shape
+        torch.testing.assert_close(ib['plans'][i, :K, :T], i1['plans'], rtol=0, atol=1e-10)
+        assert ib['n_iter_group'][i] == i1['n_iter']
+    assert ib['n_iter'] == int(ib['n_iter_group'].max())
+
 def test_empty_group_gives_zero_barycenter_without_nan():
     h, mask = _group(4)
     H = torch.stack([h, h]); Mk = torch.stack([mask, torch.zeros_like(mask)])
