@@ -31,11 +31,12 @@ def update_structure(plans:list,   # K plans (L_i, L_b)
     return sum(lam * plan.T @ C @ plan for lam, plan, C in zip(lambdas, plans, Cs)) / (b[:, None] * b[None, :])  # (L_b, L_b)
 
 # %% ../nbs/05_fgw_barycenter.ipynb #a60d647e
-def sq_dists(x:torch.Tensor, # (n, d)
-             y:torch.Tensor  # (m, d)
-            ) -> torch.Tensor: # (n, m) $\lVert x_t - y_j\rVert^2$
-    "Squared Euclidean distances, clamped at 0 (POT's `ot.dist` default metric)."
-    return ((x * x).sum(-1)[:, None] + (y * y).sum(-1)[None, :] - 2 * x @ y.T).clamp(min=0)  # (n, m)
+def sq_dists(x:torch.Tensor,  # (..., n, p) points
+             y:torch.Tensor   # (..., m, p) points
+            ) -> torch.Tensor: # (..., n, m) $\lVert x_t - y_j\rVert^2$
+    "Squared Euclidean distances by one matrix product, $\\lVert x\\rVert^2+\\lVert y\\rVert^2-2xy^\\top$, clamped at 0 (POT's `ot.dist` default metric)."
+    xx, yy = (x * x).sum(-1).unsqueeze(-1), (y * y).sum(-1).unsqueeze(-2)  # (..., n, 1), (..., 1, m)
+    return (xx + yy - 2 * x @ y.transpose(-1, -2)).clamp_min_(0)  # (..., n, m)
 
 # %% ../nbs/05_fgw_barycenter.ipynb #853af890
 def fgw_barycenter(hs:list,             # K features (L_i, d)

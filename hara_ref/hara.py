@@ -10,6 +10,7 @@ import torch
 from .grpo import base_advantages
 from .sinkhorn import sinkhorn_log
 from .fgw import chain_positions, normalize_features
+from .fgw_barycenter import sq_dists
 from .linearization import linearized_barycenter
 
 # %% auto #0
@@ -103,8 +104,7 @@ def lifted_cost(
 ) -> torch.Tensor:
     "Lifted cost of Lemma 3.1, (1-α)‖h_t - z_j‖² + 2α(τ_t - τ̄_j)², shape (..., T, L_b)."
     # \lVert h - z \rVert^2 = \lVert h\rVert^2 + \lVert z\rVert^2 - 2 h\cdot z
-    sq = (h * h).sum(-1)[..., None] + (Z * Z).sum(-1)[..., None, :] - 2 * (h @ Z.transpose(-1, -2))  # (..., T, L_b)
-    return (1 - alpha) * sq.clamp(min=0) + 2 * alpha * (tau[..., None] - tau_bar) ** 2  # (..., T, L_b)
+    return (1 - alpha) * sq_dists(h, Z) + 2 * alpha * (tau[..., None] - tau_bar) ** 2  # (..., T, L_b)
 
 # %% ../nbs/09_hara.ipynb #5dfaddec
 def token_contributions(

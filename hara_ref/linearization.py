@@ -9,10 +9,11 @@ import torch
 import ot
 from .sinkhorn import sinkhorn_log
 from .fgw import chain_positions, chain_structure, normalize_features
+from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
 # %% auto #0
-__all__ = ['anchor_plan', 'structure_cost', 'chain_tau_bar', 'linear_cost', 'lift', 'sq_dists', 'lfgw', 'monotone_plan',
-           'barycenter_update', 'check_barycenter_inputs', 'barycenter_cost', 'linearized_barycenter']
+__all__ = ['anchor_plan', 'structure_cost', 'chain_tau_bar', 'linear_cost', 'lift', 'lfgw', 'monotone_plan', 'barycenter_update',
+           'check_barycenter_inputs', 'barycenter_cost', 'linearized_barycenter']
 
 # %% ../nbs/06_linearization.ipynb #41ddadd7
 def anchor_plan(mask:torch.Tensor, # (..., T) bool, True on real tokens; every row needs one
@@ -68,14 +69,6 @@ def lift(h:torch.Tensor,   # (..., T, d) features
     if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if tau.shape != h.shape[:-1]: raise ValueError(f"tau shape {tuple(tau.shape)} must be h's without d: {tuple(h.shape[:-1])}")
     return torch.cat([math.sqrt(1 - alpha) * h, math.sqrt(2 * alpha) * tau.unsqueeze(-1).to(h.dtype)], -1)  # (..., T, d+1)
-
-# %% ../nbs/06_linearization.ipynb #ea00a70b
-def sq_dists(x:torch.Tensor,  # (..., n, p) points
-             y:torch.Tensor   # (..., m, p) points
-            ) -> torch.Tensor: # (..., n, m) $\lVert x_t - y_j\rVert^2$
-    "Squared Euclidean distances by one matrix product: $\\lVert x\\rVert^2+\\lVert y\\rVert^2-2xy^\\top$, clamped at 0."
-    xx, yy = (x * x).sum(-1).unsqueeze(-1), (y * y).sum(-1).unsqueeze(-2)  # (..., n, 1), (..., 1, m)
-    return (xx + yy - 2 * x @ y.transpose(-1, -2)).clamp_min_(0)  # (..., n, m)
 
 # %% ../nbs/06_linearization.ipynb #f13a0695
 def lfgw(h:torch.Tensor,     # (..., T, d) rollout features (padding rows arbitrary)
