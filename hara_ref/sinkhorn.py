@@ -8,8 +8,9 @@ import math, warnings
 import torch
 
 # %% auto #0
-__all__ = ['sinkhorn_naive', 'lse_update', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor', 'scaling_step',
-           'SinkhornConvergenceWarning', 'relax_omega', 'sinkhorn_log', 'sinkhorn_log2']
+__all__ = ['sinkhorn_naive', 'lse_update', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor',
+           'item_thresholds', 'scaling_step', 'SinkhornConvergenceWarning', 'relax_omega', 'sinkhorn_log',
+           'sinkhorn_log2']
 
 # %% ../nbs/03_sinkhorn.ipynb #9cebbc29
 def sinkhorn_naive(a:torch.Tensor, # (n,) source weights, sum 1
@@ -89,10 +90,24 @@ def marginal_error(log_u:torch.Tensor, # (..., n) row log-scalings
 def stop_floor(M:torch.Tensor, # (..., n, m) cost
                b:torch.Tensor, # (..., m) target weights
                reg:float       # entropic regulariser
-              ) -> float:      # smallest marginal error the dtype can resolve
-    "Empirical rounding floor of the marginal error: $8\\epsilon_{\\mathrm{mach}}\\sqrt{1+\\max|M|/\\varepsilon}\\,\\max\\lVert b\\rVert_2$."
+              ) -> torch.Tensor: # (...,) smallest marginal error the dtype can resolve, per problem
+    "Empirical rounding floor of each problem's marginal error: $8\\epsilon_{\\mathrm{mach}}\\sqrt{1+\\max|M|/\\varepsilon}\\,\\lVert b\\rVert_2$."
     eps = torch.finfo(M.dtype).eps
-    return float(8 * eps * (1 + M.abs().max() / reg) ** 0.5 * b.norm(dim=-1).max())
+    return 8 * eps * (1 + M.abs().amax((-2, -1)) / reg) ** 0.5 * b.norm(dim=-1)  # (...,)
+
+# %% ../nbs/03_sinkhorn.ipynb #ddc50586
+def item_thresholds(stop_thr:float|torch.Tensor, # a float, or (...,) one per problem (broadcast to the batch)
+                    M:torch.Tensor,   # (..., n, m) cost (batch shape already broadcast)
+                    b:torch.Tensor,   # (..., m) target weights
+                    reg:float         # entropic regulariser
+                   ) -> torch.Tensor: # (...,) $\max(\texttt{stop\_thr}, \text{floor})$ for each problem
+    "Per-problem stopping thresholds: `stop_thr` (a float or a tensor, one per problem) floored by `stop_floor`."
+    batch = M.shape[:-2]
+    thr = torch.as_tensor(stop_thr, dtype=M.dtype, device=M.device)
+    try: thr = thr.expand(batch)
+    except RuntimeError: raise ValueError(f"stop_thr of shape {tuple(thr.shape)} does not broadcast to the batch shape {tuple(batch)}") from None
+    if torch.isnan(thr).any() or (thr < 0).any(): raise ValueError("stop_thr must be non-negative (and not nan)")
+    return torch.maximum(thr, stop_floor(M, b, reg))  # (...,)
 
 # %% ../nbs/03_sinkhorn.ipynb #ea635c5a
 def scaling_step(Kt:torch.Tensor, # (..., n, m) stabilised kernel $\tilde K$
@@ -137,7 +152,7 @@ def _log_iteration(logK, log_a, log_b, log_u, log_v, active):
 
 # %% ../nbs/03_sinkhorn.ipynb #f1f68dca
 def _start(a, b, M, reg, log_u0, log_v0=None, tau=math.inf):
-    "Stand-in weights for absent items, log-weights, log-kernel, potentials and $\\tilde K$; True if iteration 0 was run."
+    "Stand-in weights for absent items, log-weights, log-kernel, potentials, $\\tilde K$, and (...,) bool: iteration 0 was run in log domain."
     present = a.sum(-1) > 0  # (...,) absent items get a stand-in `a` and, at the end, a zero plan
     a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / a.shape[-1]))  # (..., n)
     logK, log_a, log_b = M / (-reg), a.log(), b.log()  # (..., n, m), (..., n), (..., m)
@@ -145,27 +160,28 @@ def _start(a, b, M, reg, log_u0, log_v0=None, tau=math.inf):
     log_u = warm(torch.zeros(()) if log_u0 is None else log_u0, a)  # (..., n)
     log_v = warm(torch.zeros(()) if log_v0 is None else log_v0, b)  # (..., m)
     active = torch.ones(M.shape[:-2], dtype=torch.bool, device=M.device)  # (...,)
+    cold = active  # (...,) items that need the exact log-domain iteration 0
     if log_u0 is not None and log_v0 is not None:  # both potentials warm: try the kernel directly, no log-domain pass
         Kt = torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2))  # (..., n, m)
         rows, cols = Kt.sum(-1), Kt.sum(-2)  # (..., n), (..., m) every real row/column needs mass, none may blow up
         lim = math.exp(tau)
-        if (((rows > 1 / lim) & (rows < lim)) | (a == 0)).all() and (((cols > 1 / lim) & (cols < lim)) | (b == 0)).all():
-            return a, present, logK, log_a, log_b, log_u, log_v, active, Kt, False
-    log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, active)
-    return a, present, logK, log_a, log_b, log_u, log_v, active, torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2)), True
+        cold = ~((((rows > 1 / lim) & (rows < lim)) | (a == 0)).all(-1) & (((cols > 1 / lim) & (cols < lim)) | (b == 0)).all(-1))
+        if not cold.any(): return a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold
+    log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, cold)  # per item: the others keep their warm potentials
+    return a, present, logK, log_a, log_b, log_u, log_v, active, torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2)), cold
 
 # %% ../nbs/03_sinkhorn.ipynb #15396816
 def _final_plan(logK, log_a, log_u, log_v, Kt, present):
     "Plan after a last exact $u$-update, $\\operatorname{diag}(a)\\,\\mathrm{softmax}_j(\\log K + \\log v)$; zero for absent items."
     a, rows = log_a.exp(), Kt.sum(-1)  # (..., n); Kt = exp(logK + log u + log v) was just rebuilt by an absorb
-    tiny = torch.finfo(Kt.dtype).tiny
-    if ((rows > tiny / torch.finfo(Kt.dtype).eps) | (a == 0)).all():  # fast path: rescale the rows of Kt (no exp pass)
-        scale = torch.where(a > 0, a / rows, torch.zeros_like(a))  # (..., n)
-        plan = Kt * scale.unsqueeze(-1)  # (..., n, m)
-        return plan * present.unsqueeze(-1).unsqueeze(-1), log_u + scale.log()  # (..., n, m), (..., n)
-    # else the same plan via log-softmax: the row marginal holds to rounding even with huge float32 potentials
-    plan = torch.exp(log_a.unsqueeze(-1) + torch.log_softmax(logK + log_v.unsqueeze(-2), dim=-1))  # (..., n, m)
-    return plan * present.unsqueeze(-1).unsqueeze(-1), lse_update(log_a, logK, log_v)  # (..., n, m), (..., n)
+    fast = ((rows > torch.finfo(Kt.dtype).tiny / torch.finfo(Kt.dtype).eps) | (a == 0)).all(-1)  # (...,) rows of Kt usable
+    scale = torch.where(a > 0, a / rows, torch.zeros_like(a))  # (..., n) fast path: rescale the rows of Kt (no exp pass)
+    plan, log_u = Kt * scale.unsqueeze(-1), log_u + scale.log()  # (..., n, m), (..., n)
+    if not fast.all():  # the others: the same plan via log-softmax (the row marginal holds even with huge float32 potentials)
+        slow = torch.exp(log_a.unsqueeze(-1) + torch.log_softmax(logK + log_v.unsqueeze(-2), dim=-1))  # (..., n, m)
+        plan = torch.where(fast[..., None, None], plan, slow)
+        log_u = torch.where(fast.unsqueeze(-1), log_u, lse_update(log_a, logK, log_v))  # (..., n)
+    return plan * present.unsqueeze(-1).unsqueeze(-1), log_u  # (..., n, m), (..., n)
 
 # %% ../nbs/03_sinkhorn.ipynb #fca3ca5c
 def relax_omega(w:torch.Tensor,       # (..., 1) current per-item omega
@@ -190,7 +206,7 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
                  M:torch.Tensor,        # (..., n, m) cost; leading dims broadcast with a, b
                  reg:float,             # entropic regulariser $\varepsilon > 0$
                  num_iter_max:int=1000, # most iterations
-                 stop_thr:float=1e-9,   # stop when $\lVert T^\top\mathbf 1 - b\rVert_2$ < this (floored, see `stop_floor`)
+                 stop_thr:float|torch.Tensor=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2$ < this; a float or (...,) per problem (floored, see `stop_floor`)
                  check_every:int=10,    # check the marginal error every this many iterations
                  warn:bool=True,        # warn (`SinkhornConvergenceWarning`) when some item did not converge
                  log:bool=False,        # also return a dict: n_iter, err, log_u, log_v, converged, n_iter_item, stop_thr
@@ -203,30 +219,35 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
     if check_inputs: a, b, M = check_ot_inputs(a, b, M, reg)
     else: batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2]); a, b, M = a.expand(*batch, -1), b.expand(*batch, -1), M.expand(*batch, -1, -1)
     if not omega == 'auto' and not (isinstance(omega, (int, float)) and 1 <= omega < 2): raise ValueError(f"omega must be in [1, 2) or 'auto', got {omega!r}")
-    thr, tau = max(stop_thr, stop_floor(M, b, reg)), 0.25 * math.log(torch.finfo(M.dtype).max)
-    if omega != 1 and float(M.abs().max()) / reg > 8 * tau: omega = 1.  # range beyond the dtype: relaxed steps would all be unsafe
-    a, present, logK, log_a, log_b, log_u, log_v, active, Kt, done0 = _start(a, b, M, reg, log_u0, log_v0, tau)
+    thr, tau = item_thresholds(stop_thr, M, b, reg), 0.25 * math.log(torch.finfo(M.dtype).max)  # (...,)
+    wide = M.abs().amax((-2, -1)) / reg > 8 * tau  # (...,) range beyond the dtype: relaxed steps would all be unsafe there
+    if omega != 1 and bool(wide.all()): omega = 1.
+    a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold = _start(a, b, M, reg, log_u0, log_v0, tau)
     err, n_item = torch.full_like(active, math.inf, dtype=M.dtype), torch.zeros_like(active, dtype=torch.long)  # (...,)
     u, v = torch.ones_like(a), torch.ones_like(b)  # corrections on $\tilde K$
     every, pending = True, 0  # all items active; iterations not yet counted in n_item
     w = 1. if omega == 1 else torch.ones(active.shape + (1,), dtype=M.dtype, device=M.device)  # (..., 1) per-item omega, 1 at first
     for it in range(num_iter_max):
-        if it > 0 or not done0:  # a warm kernel takes its iteration 0 as a scaling step
+        step = active if it > 0 else active & ~cold  # (...,) a warm kernel takes its iteration 0 as a scaling step
+        if it > 0 or not bool(cold.all()):
             nu, nv, ok = scaling_step(Kt, u, a, b, tau, v, w)
-            act = active.unsqueeze(-1)
-            if every and bool(ok.all()): u, v = nu, nv  # common case: no per-item selection needed
-            elif bool((ok | ~active).all()): u, v = torch.where(act, nu, u), torch.where(act, nv, v)
-            else:  # unsafe step: absorb, redo the iteration exactly in log domain, rebuild the kernel
-                if omega != 1: w = torch.where((active & ~ok).unsqueeze(-1), torch.ones_like(w), w)  # no over-relaxation there
-                log_u, log_v, _ = _absorb(logK, log_u, log_v, u, v, active)
-                log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, active)
-                u, v, Kt = torch.ones_like(a), torch.ones_like(b), torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2))
+            if every and (it > 0 or not cold.any()) and bool(ok.all()): u, v = nu, nv  # common case: no per-item selection
+            else:
+                good, bad = (step & ok).unsqueeze(-1), step & ~ok  # (..., 1), (...,)
+                u, v = torch.where(good, nu, u), torch.where(good, nv, v)
+                if bad.any():  # unsafe step for these items: absorb, redo their iteration exactly in log domain, rebuild the kernel
+                    if omega != 1: w = torch.where(bad.unsqueeze(-1), torch.ones_like(w), w)  # no over-relaxation there
+                    log_u, log_v, _ = _absorb(logK, log_u, log_v, u, v, active)
+                    log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, bad)
+                    u, v, Kt = torch.ones_like(a), torch.ones_like(b), torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2))
         pending += 1  # iterations since the last check; `active` only changes at checks
         if it % check_every == 0 or it == num_iter_max - 1:
             n_item, pending = n_item + pending * active.long(), 0
             col = v * (u.unsqueeze(-2) @ Kt).squeeze(-2)  # (..., m) $T^\top 1$
             new_err = (col - b).norm(dim=-1)  # (...,)
-            if omega != 1: w = relax_omega(w, new_err, err, active, check_every if it > 0 else 1, omega)
+            if omega != 1:
+                w = relax_omega(w, new_err, err, active, check_every if it > 0 else 1, omega)
+                if wide.any(): w = torch.where(wide.unsqueeze(-1), torch.ones_like(w), w)
             err = torch.where(active, new_err, err)  # (...,)
             (log_u, log_v, Kt), u, v = _absorb(logK, log_u, log_v, u, v, active), torch.ones_like(a), torch.ones_like(b)
             active = active & ~(err < thr)
@@ -235,7 +256,7 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
     plan, log_u = _final_plan(logK, log_a, log_u, log_v, Kt, present)
     if warn and active.any():
         warnings.warn(f"sinkhorn_log: {int(active.sum())} of {active.numel()} problems did not converge in {num_iter_max} "
-                      f"iterations (largest marginal error {float(err.max()):.2e} >= stop_thr {thr:.1e}); "
+                      f"iterations (largest marginal error {float(err[active].max()):.2e}, stop_thr {float(thr[active].min()):.1e}); "
                       "increase num_iter_max or reg", SinkhornConvergenceWarning, stacklevel=2)
     if not log: return plan
     return plan, dict(n_iter=int(n_item.max()), n_iter_item=n_item, err=err, converged=~active, log_u=log_u, log_v=log_v, stop_thr=thr)
