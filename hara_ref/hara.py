@@ -11,7 +11,7 @@ from .grpo import base_advantages
 from .sinkhorn import sinkhorn_log
 from .fgw import chain_positions, normalize_features
 from .fgw_barycenter import sq_dists
-from .linearization import linearized_barycenter
+from .linearization import linearized_barycenter, group_barycenters, feature_scales
 
 # %% auto #0
 __all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'SHEAR_SINKHORN', 'METHODS', 'check_rollouts', 'outcome_groups', 'pack_slots',
@@ -28,7 +28,7 @@ def check_rollouts(
     rewards:torch.Tensor, # (B,) verifiable rewards
     group_ids:torch.Tensor, # (B,) integer prompt id of each rollout
 ) -> tuple:
-    "Validate a batch of rollouts: (hidden zeroed on padding, bool mask, rewards, long ids, notes)."
+    "Validate a batch of rollouts: (hidden with NaN/Inf padding zeroed, bool mask, rewards, long ids, notes)."
     if not isinstance(hidden, torch.Tensor) or hidden.ndim != 3: raise ValueError(f"hidden must be a (B, T, d) tensor, got shape {tuple(getattr(hidden, 'shape', ()))}")
     if not hidden.is_floating_point(): raise TypeError(f"hidden must be floating point, got {hidden.dtype}")
     B, T, d, notes = *hidden.shape, []
@@ -39,7 +39,7 @@ def check_rollouts(
     if (mask & ~torch.isfinite(norms)).any():  # exact check only then (a norm can also overflow on finite values)
         bad = mask & ~torch.isfinite(hidden).all(-1)  # (B, T)
         if bad.any(): i, t = bad.nonzero()[0].tolist(); raise ValueError(f"hidden has NaN/Inf on real tokens (first at rollout {i}, token {t})")
-    if (norms.masked_fill(mask, 0) != 0).any():  # padding may hold anything, even NaN: zero it (a copy, only then)
+    if not torch.isfinite(norms).all():  # NaN/Inf on padding: zero the padding (a copy, only then); finite padding is never read
         hidden = hidden.masked_fill(~mask[..., None], 0.)  # (B, T, d)
     rewards, group_ids = _check_labels(rewards, group_ids, B, hidden.device, hidden.dtype)
     return hidden, mask, rewards, group_ids, notes
@@ -255,22 +255,6 @@ BARY_DEFAULTS = dict(max_iter=20, tol=1e-3, inner_iter=50, warn=False)  # HARA's
 # %% ../nbs/09_hara.ipynb #a175fc4d
 FINAL_SINKHORN = dict(num_iter_max=500, stop_thr=1e-7, warn=False)  # defaults of the optional final plans (ours)
 
-# %% ../nbs/09_hara.ipynb #89a3c01a
-def _final_contributions(
-    hp:torch.Tensor, # (G, K, T, d) packed hidden states, normalised as the barycenter saw them
-    mp:torch.Tensor, # (G, K, T) packed mask
-    Z:torch.Tensor, # (G, L_b, d) barycenter supports
-    tau_bar:torch.Tensor, # (L_b,) barycenter positions
-    alpha:float, reg:float, sinkhorn_kw:dict,
-) -> tuple:
-    "Token contributions (G, K, T) from the entropic plans of every packed rollout to its group's barycenter, and the Sinkhorn log."
-    tau = chain_positions(mp, hp.dtype)  # (G, K, T)
-    cost = lifted_cost(hp, tau, Z[:, None], tau_bar.to(hp.dtype), alpha)  # (G, K, T, L_b)
-    a = mp.to(hp.dtype) / mp.sum(-1, keepdim=True).clamp(min=1)  # (G, K, T)
-    b = torch.full(cost.shape[:-2] + (Z.shape[-2],), 1 / Z.shape[-2], dtype=hp.dtype, device=hp.device)  # (G, K, L_b)
-    plan, log = sinkhorn_log(a, b, cost, reg, log=True, **{**FINAL_SINKHORN, **sinkhorn_kw})  # (G, K, T, L_b)
-    return token_contributions(plan, cost), log  # (G, K, T)
-
 # %% ../nbs/09_hara.ipynb #22eea82d
 def hara_novelty(
     hidden:torch.Tensor, # (B, T, d) hidden states of the response tokens
@@ -283,7 +267,7 @@ def hara_novelty(
     L_b:int=32, # barycenter size (paper: 32)
     reg:float=0.05, # entropic ε (paper: 0.05)
     normalize:str='unit', # feature normalisation (ours: unit norm)
-    bary_kw:dict|None=None, # more keyword arguments for `linearized_barycenter` (max_iter, tol, inner_iter, warn, ...)
+    bary_kw:dict|None=None, # more keyword arguments for `group_barycenters` (max_iter, tol, inner_iter, warn, ...)
     final_plans:bool=False, # solve one more Sinkhorn to the returned barycenter (exact §6 plans) instead of reusing the last ones
     sinkhorn_kw:dict|None=None, # keyword arguments for that final `sinkhorn_log` (num_iter_max, stop_thr, ...)
     checked:bool=False, # the inputs already went through `check_rollouts` (skip a second pass over hidden)
@@ -295,34 +279,37 @@ def hara_novelty(
     (B, T, d), L = hidden.shape, mask.sum(-1)  # L: (B,)
     og, _ = outcome_groups(rewards, group_ids)
     computed, gsize = _computed_rollouts(og, L, keep)  # (B,), (B,)
-    slots = pack_slots(og, computed)  # (G', K)
+    slots = pack_slots(og, computed)  # (G', K) the computed groups' members (a record: the barycenter reads `hidden` in place)
     contrib = torch.zeros(B, T, dtype=hidden.dtype, device=hidden.device)  # (B, T)
     Z, tau_bar, it, sk = hidden.new_zeros(0, L_b, d), torch.linspace(0, 1, L_b, dtype=hidden.dtype, device=hidden.device), None, None
     if slots.numel():
-        inb = slots >= 0  # (G', K)
-        mp = mask[slots.clamp(min=0)] & inb[..., None]  # (G', K, T)
-        hp = hidden[slots.clamp(min=0)]  # (G', K, T, d) the one copy of the packed batch we make
-        Z, info = linearized_barycenter(hp, mp, alpha=alpha, L_b=L_b, reg=reg, normalize=normalize, **{**BARY_DEFAULTS, **(bary_kw or {})})  # (G', L_b, d)
-        tau_bar, it, sk, c = info['tau_bar'].to(hidden.dtype), info['n_iter'], {'barycenter': info['sinkhorn_iters']}, info['token_cost']
-        if metric == 'embed' or final_plans: hp = normalize_features(hp, how=normalize) * mp[..., None]  # (G', K, T, d)
-        if metric == 'embed': c = _embed_contributions(hp, mp, Z)  # (G', K, T)
-        elif final_plans: c, log = _final_contributions(hp, mp, Z, tau_bar, alpha, reg, sinkhorn_kw or {}); sk['final'] = log['n_iter']
-        contrib[slots[inb]] = c[inb]
+        groups = torch.unique(og[computed])  # (G',) computed outcome groups, in the order of `slots`
+        gc = torch.where(computed, torch.searchsorted(groups, og), -1)  # (B,) computed group of each rollout, -1 = none
+        fs = {**FINAL_SINKHORN, **(sinkhorn_kw or {})} if final_plans and metric != 'embed' else None
+        Z, info = group_barycenters(hidden, mask, gc, len(groups), alpha=alpha, L_b=L_b, reg=reg, normalize=normalize,
+                                    final_sinkhorn=fs, **{**BARY_DEFAULTS, **(bary_kw or {})})  # (G', L_b, d)
+        tau_bar, it, sk = info['tau_bar'].to(hidden.dtype), info['n_iter'], {'barycenter': info['sinkhorn_iters']}
+        contrib = _embed_contributions(hidden, mask, gc, Z, normalize) if metric == 'embed' else info['token_cost']  # (B, T)
+        if fs is not None: sk['final'] = info['final_sinkhorn_iters']
         if not info['converged']: notes.append(f"linearized_barycenter stopped after {it} iterations without reaching tol")
     n_tok = token_novelty(contrib, mask)  # (B, T)
     return Novelty(contrib, n_tok, sequence_novelty(n_tok, mask), og, gsize, computed, slots, Z, tau_bar, it, sk, metric, notes)
 
 # %% ../nbs/09_hara.ipynb #b93d7c7f
 def _embed_contributions(
-    hp:torch.Tensor, # (G, K, T, d) packed normalised hidden states
-    mp:torch.Tensor, # (G, K, T) packed mask
-    Z:torch.Tensor, # (G, L_b, d) barycenter supports
+    hidden:torch.Tensor, # (B, T, d) hidden states (checked)
+    mask:torch.Tensor, # (B, T) bool
+    gc:torch.Tensor, # (B,) computed group of each rollout, -1 = none
+    Z:torch.Tensor, # (G', L_b, d) barycenter supports
+    normalize:str, # feature normalisation, as the barycenter saw the features
 ) -> torch.Tensor:
-    "Contributions (G, K, T) whose sum over tokens is ‖mean_j z_j - h_last‖ (Table 2's embedding distance)."
-    L = mp.sum(-1)  # (G, K)
-    last = hp.gather(2, (L - 1).clamp(min=0)[..., None, None].expand(*L.shape, 1, hp.shape[-1]))[:, :, 0]  # (G, K, d)
-    dist = (Z.mean(-2)[:, None] - last).norm(dim=-1)  # (G, K)
-    return dist[..., None] * mp / L.clamp(min=1)[..., None]  # (G, K, T)
+    "Contributions (B, T) whose sum over tokens is ‖mean_j z_j - h_last‖ (Table 2's embedding distance); 0 if not computed."
+    L = mask.sum(-1)  # (B,)
+    _, s, _ = feature_scales(hidden, mask, normalize)  # (B, T)
+    i, t = torch.arange(len(L), device=L.device), (L - 1).clamp(min=0)  # (B,), (B,)
+    last = hidden[i, t] * s[i, t].unsqueeze(-1)  # (B, d) normalised last hidden state
+    dist = (Z[gc.clamp(min=0)].mean(-2) - last).norm(dim=-1) * (gc >= 0)  # (B,)
+    return dist.unsqueeze(-1) * mask / L.clamp(min=1).unsqueeze(-1)  # (B, T)
 
 # %% ../nbs/09_hara.ipynb #d31fa144
 @dataclass

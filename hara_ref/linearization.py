@@ -13,7 +13,8 @@ from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
 # %% auto #0
 __all__ = ['anchor_plan', 'structure_cost', 'chain_tau_bar', 'linear_cost', 'lift', 'lfgw', 'monotone_plan', 'barycenter_update',
-           'check_barycenter_inputs', 'barycenter_cost', 'linearized_barycenter']
+           'check_barycenter_inputs', 'barycenter_cost', 'feature_scales', 'group_weights', 'group_barycenters',
+           'linearized_barycenter']
 
 # %% ../nbs/06_linearization.ipynb #41ddadd7
 def anchor_plan(mask:torch.Tensor, # (..., T) bool, True on real tokens; every row needs one
@@ -115,13 +116,12 @@ def check_barycenter_inputs(h:torch.Tensor,    # (..., K, T, d) hidden states
                             mask:torch.Tensor, # (..., K, T) bool
                             weights:torch.Tensor|None=None # (..., K) non-negative rollout weights, or None (uniform)
                            ) -> torch.Tensor:  # (..., K) $\lambda$: normalised over present rollouts, 0 if absent
-    "Validate barycenter inputs (types, shapes, finiteness) and return the rollout weights $\\lambda$."
+    "Validate barycenter inputs (types, shapes) and return the rollout weights $\\lambda$ (finiteness of `h`: `feature_scales`, in the same pass as the norms)."
     if not isinstance(h, torch.Tensor) or not h.is_floating_point(): raise TypeError("h must be a floating torch.Tensor")
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool: raise TypeError("mask must be a bool torch.Tensor")
     if h.ndim < 3: raise ValueError(f"h must be (..., K, T, d), got shape {tuple(h.shape)}")
     if mask.shape != h.shape[:-1]: raise ValueError(f"mask shape {tuple(mask.shape)} must be h's without d: {tuple(h.shape[:-1])}")
     if h.shape[-2] == 0 or h.shape[-1] == 0: raise ValueError(f"empty rollouts or features: h shape {tuple(h.shape)}")
-    if not torch.isfinite(h[mask]).all(): raise ValueError("h contains nan or inf on real tokens")
     present = mask.any(-1).to(h.dtype)  # (..., K)
     w = present if weights is None else weights.to(h) * present  # (..., K)
     if not torch.isfinite(w).all() or (w < 0).any(): raise ValueError("weights must be finite and non-negative")
@@ -137,20 +137,138 @@ def barycenter_cost(phi:torch.Tensor,     # (..., K, T, d+1) lifted rollouts
     phi_bar = lift(Z, tau_bar.expand(Z.shape[:-1]), alpha)  # (..., L_b, d+1)
     return sq_dists(phi, phi_bar.unsqueeze(-3))  # (..., K, T, L_b)
 
-# %% ../nbs/06_linearization.ipynb #0a6f0e42
-def _barycenter_group(h, hh, G, a, b, lam, Z, reg, alpha, max_iter, tol, stop_thr, inner_rtol, inner_iter, omega, check_every):
-    "One group's barycenter loop (`linearized_barycenter` runs it per group, so each group stops on its own `tol`)."
-    log_u, log_v, errs, n_sk = None, None, [1.], 0
-    for it in range(max_iter):
-        M = (h @ Z.transpose(-1, -2)).mul_(-2).add_(hh).add_((Z * Z).sum(-1)).clamp_min_(0).mul_(1 - alpha).add_(G)  # (K, T, L_b) lifted cost
-        plans, lg = sinkhorn_log(a, b, M, reg, num_iter_max=inner_iter, stop_thr=max(stop_thr, inner_rtol * errs[-1]),
-                                 check_every=check_every, warn=False, log=True, log_u0=log_u, log_v0=log_v, omega=omega,
-                                 check_inputs=it == 0)  # (K, T, L_b) inputs validated once; later M is ours
-        Z_new, log_u, log_v, n_sk = barycenter_update(plans, h, lam), lg['log_u'], lg['log_v'], n_sk + lg['n_iter']  # (L_b, d)
-        errs.append(float((Z_new - Z).abs().max())); Z = Z_new
-        if errs[-1] < tol: break
-    return Z, plans, (plans * M).sum(-1), lg['err'], it + 1, n_sk, errs[1:]
+# %% ../nbs/06_linearization.ipynb #16616531
+def feature_scales(h:torch.Tensor,    # (N, T, d) hidden states (rows off the mask arbitrary, even nan)
+                   mask:torch.Tensor, # (N, T) bool, True on real tokens
+                   how:str='unit',    # 'unit' | 'none' | 'mean_norm', as in `normalize_features`
+                   eps:float=1e-12    # guard against division by zero
+                  ) -> tuple:         # h (N, T, d), s (N, T), hh (N, T)
+    "`normalize_features` as a per-token scale: $s_t h_t$ are the normalised features ($s=0$ off the mask), $hh_t=\\lVert s_th_t\\rVert^2$; one pass over `h`, no copy of it."
+    norms = torch.linalg.vector_norm(h, dim=-1)  # (N, T); nan/inf on a token shows up here
+    if not torch.isfinite(norms[mask]).all():  # exact check only then (a float32 norm can overflow on finite entries)
+        if not torch.isfinite(h[mask]).all(): raise ValueError("h contains nan or inf on real tokens")
+        norms = torch.linalg.vector_norm(h, dim=-1, dtype=torch.float64)  # (N, T) finite in float64
+    if not torch.isfinite(norms).all():  # nan/inf off the mask: zero those rows (a copy, only then) so every product stays finite
+        h, norms = h.masked_fill(~mask.unsqueeze(-1), 0.), norms.masked_fill(~mask, 0.)
+    m = mask.to(norms.dtype)  # (N, T)
+    if how == 'unit': s = m / norms.clamp(min=eps)
+    elif how == 'none': s = m
+    elif how == 'mean_norm': s = m / ((norms * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)).clamp(min=eps)
+    else: raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
+    return h, s.to(h.dtype), (s * norms).square().to(h.dtype)  # (N, T, d), (N, T), (N, T)
 
+# %% ../nbs/06_linearization.ipynb #1b49d691
+def group_weights(group:torch.Tensor,   # (N,) long group id of each rollout (-1 = not in any group)
+                  present:torch.Tensor, # (N,) bool, rollout has a real token
+                  n_groups:int,         # number of groups G
+                  weights:torch.Tensor|None=None, # (N,) non-negative rollout weights, or None (uniform)
+                  dtype=torch.float64   # dtype of the result
+                 ) -> torch.Tensor:     # (N,) $\lambda_i$, summing to 1 over the present rollouts of each group; 0 elsewhere
+    "Rollout weights $\\lambda$ of each group's barycenter, normalised within the group."
+    inn = present & (group >= 0)  # (N,)
+    w = inn.to(dtype) if weights is None else torch.as_tensor(weights).to(dtype) * inn  # (N,)
+    if not torch.isfinite(w).all() or (w < 0).any(): raise ValueError("weights must be finite and non-negative")
+    tot = torch.zeros(n_groups, dtype=dtype, device=w.device).index_add_(0, group.clamp(min=0), w)  # (G,)
+    return w / tot[group.clamp(min=0)].clamp_min(torch.finfo(dtype).tiny)  # (N,)
+
+# %% ../nbs/06_linearization.ipynb #91696397
+def _rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha):
+    "Lifted costs (A, T, L_b) of the rollouts `rows` to their groups' $(Z_g, \\bar\\tau)$: one $h_iZ_g^\\top$ product per rollout, on its real rows; 0 off the mask."
+    sel = (lambda x: x) if len(rows) == h.shape[0] else (lambda x: x[rows])  # `rows` is sorted: all rollouts = no gather
+    hZ = h.new_zeros(len(rows), h.shape[1], Z.shape[-2])  # (A, T, L_b)
+    for k, (i, g, e) in enumerate(zip(rows.tolist(), gid[rows].tolist(), ends[rows].tolist())):
+        torch.mm(h[i, :e], Z[g].T, out=hZ[k, :e])  # (e, L_b) the only O(T L_b d) work: no copy of h, no padding rows
+    zz = (Z * Z).sum(-1)[gid[rows]]  # (A, L_b)
+    M = hZ.mul_(-2 * sel(s).unsqueeze(-1)).add_(sel(hh).unsqueeze(-1)).add_(zz.unsqueeze(-2)).clamp_min_(0).mul_(1 - alpha)  # (1-α)|s h - z|^2
+    if pos is not None: M.add_(sel(pos))  # + 2α(τ - τ̄)^2, built once
+    return M.mul_(sel(mask).unsqueeze(-1))  # (A, T, L_b)
+
+# %% ../nbs/06_linearization.ipynb #e6cbc638
+def _feature_step(plans, h, s, lam, gid, rows, ends, n_groups):
+    "Feature step for the groups of `rows`: $Z_g = \\operatorname{diag}(1/b_g)\\sum_{i\\in g}\\lambda_i (s_i\\odot T_i)^\\top H_i$, one product per rollout; (G, L_b, d), 0 for other groups."
+    P = plans * (lam[rows].unsqueeze(-1) * s[rows]).unsqueeze(-1)  # (A, T, L_b) lam_i s_t T_i[t, j]
+    TH = h.new_zeros(n_groups, plans.shape[-1], h.shape[-1])  # (G, L_b, d)
+    for k, (i, g, e) in enumerate(zip(rows.tolist(), gid[rows].tolist(), ends[rows].tolist())):
+        TH[g].addmm_(P[k, :e].T, h[i, :e])  # (L_b, d)
+    mass = h.new_zeros(n_groups, plans.shape[-1]).index_add_(0, gid[rows], lam[rows].unsqueeze(-1) * plans.sum(-2))  # (G, L_b)
+    return TH / mass.clamp_min(torch.finfo(h.dtype).tiny).unsqueeze(-1)  # (G, L_b, d)
+
+# %% ../nbs/06_linearization.ipynb #0a6f0e42
+def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollouts, in any order (never copied)
+                      mask:torch.Tensor,  # (N, T) bool, True on real tokens; an all-False row is an absent rollout
+                      group:torch.Tensor, # (N,) long group of each rollout in [0, G), or -1 (not in any group)
+                      n_groups:int|None=None, # G (default: group.max() + 1)
+                      weights:torch.Tensor|None=None, # (N,) rollout weights (default uniform over each group's present rollouts)
+                      alpha:float=0.25,   # FGW trade-off (weight of the structure term)
+                      L_b:int=32,         # barycenter size
+                      reg:float=0.05,     # entropic regulariser $\varepsilon$
+                      max_iter:int=200,   # most barycenter iterations
+                      tol:float=1e-4,     # a group stops when $\max|Z_{new}-Z| <$ tol (unit-norm features)
+                      normalize:str='unit', # feature normalisation (`feature_scales`)
+                      stop_thr:float=1e-7, # smallest Sinkhorn marginal tolerance
+                      inner_rtol:float=0.03, # Sinkhorn tolerance relative to the group's last change of Z
+                      inner_iter:int=200,  # most Sinkhorn iterations per barycenter iteration (warm-started)
+                      omega:float|str=1.9, # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
+                      check_every:int=5,   # Sinkhorn checks its marginal error every this many iterations
+                      final_sinkhorn:dict|None=None, # if given, `sinkhorn_log` keywords for one more solve against the final Z (exact plans)
+                      warn:bool=True      # warn if some group did not converge
+                     ) -> tuple:          # Z (G, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), ...)
+    "Linearized FGW barycenter of every group of rollouts, all groups at once: per-rollout products, one batched Sinkhorn, per-group stopping."
+    if not isinstance(h, torch.Tensor) or not h.is_floating_point() or h.ndim != 3: raise TypeError(f"h must be a floating (N, T, d) tensor, got {getattr(h, 'dtype', type(h))} {tuple(getattr(h, 'shape', ()))}")
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != h.shape[:-1]: raise ValueError(f"mask must be bool of shape {tuple(h.shape[:-1])}")
+    if not isinstance(group, torch.Tensor) or group.shape != h.shape[:1] or group.is_floating_point(): raise ValueError(f"group must be an integer tensor of shape ({h.shape[0]},)")
+    if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    group = group.long()
+    G = int(group.max()) + 1 if n_groups is None and group.numel() else int(n_groups or 0)
+    if group.numel() and int(group.max()) >= G: raise ValueError(f"group ids must be < n_groups = {G}, got {int(group.max())}")
+    with torch.no_grad():
+        h, s, hh = feature_scales(h, mask, normalize)  # (N, T, d), (N, T), (N, T)
+        N, T, d = h.shape
+        present, gid = mask.any(-1) & (group >= 0), group.clamp(min=0)  # (N,), (N,)
+        lam = group_weights(group, present, G, weights, h.dtype)  # (N,)
+        tau_bar, tol = chain_tau_bar(L_b, h.dtype, h.device), max(tol, 100 * torch.finfo(h.dtype).eps)  # (L_b,)
+        pos = alpha * linear_cost(chain_positions(mask, h.dtype), tau_bar) * mask.unsqueeze(-1) if alpha else None  # (N, T, L_b) position part of the cost, once
+        a = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1)  # (N, T)
+        b = torch.full((L_b,), 1 / L_b, dtype=h.dtype, device=h.device)  # (L_b,) shared by every problem
+        ends = torch.where(mask, torch.arange(1, T + 1, device=h.device), 0).amax(-1)  # (N,) one past the last real token
+        rows = present.nonzero().flatten()  # (R,) rollouts that take part
+        live = torch.zeros(G, dtype=torch.bool, device=h.device); live[gid[rows]] = True  # (G,) groups still iterating
+        Z = _feature_step(monotone_plan(a[rows], b), h, s, lam, gid, rows, ends, G)  # (G, L_b, d) start; 0 for empty groups
+        plans, tok = h.new_zeros(N, T, L_b), h.new_zeros(N, T)  # last plans of every rollout and their token costs
+        log_u, log_v, merr = h.new_zeros(N, T), h.new_zeros(N, L_b), h.new_zeros(N)  # warm starts, marginal errors
+        last, n_it, n_sk, errs = h.new_ones(G), torch.zeros(G, dtype=torch.long), torch.zeros(G, dtype=torch.long), []
+        for it in range(max_iter):
+            r = rows[live[gid[rows]]]  # (A,) rollouts of the groups still iterating
+            if r.numel() == 0: break
+            full = len(r) == N  # every rollout: results replace the buffers, no scatter
+            M = _rollout_costs(h, s, hh, pos, mask, Z, gid, r, ends, alpha)  # (A, T, L_b)
+            P, lg = sinkhorn_log(a[r], b, M, reg, num_iter_max=inner_iter, stop_thr=(inner_rtol * last[gid[r]]).clamp(min=stop_thr),
+                                 check_every=check_every, warn=False, log=True, log_u0=log_u[r] if it else None,
+                                 log_v0=log_v[r] if it else None, omega=omega, check_inputs=it == 0)  # (A, T, L_b) one call, per-item tolerances
+            if full: plans, tok = P, (P * M).sum(-1)
+            else: plans[r], tok[r] = P, (P * M).sum(-1)  # (A, T, L_b), (A, T)
+            log_u[r], log_v[r], merr[r] = lg['log_u'], lg['log_v'], lg['err']
+            n_sk += torch.zeros_like(n_sk).scatter_reduce_(0, gid[r].cpu(), lg['n_iter_item'].cpu(), 'amax')  # (G,) a group waits for its slowest rollout
+            Z_new, g = _feature_step(P, h, s, lam, gid, r, ends, G), live.nonzero().flatten()  # (G, L_b, d), (G_live,)
+            change = (Z_new[g] - Z[g]).abs().amax((-2, -1))  # (G_live,)
+            Z[g], last[g] = Z_new[g], change
+            n_it[g.cpu()] += 1; errs.append(float(change.max()))
+            live[g[change < tol]] = False  # converged groups are frozen: their Z, plans and potentials stop changing
+        if final_sinkhorn is not None and rows.numel():  # one more solve against the final Z: exact plans of hara-math §6
+            M = _rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha)  # (R, T, L_b)
+            P, lg = sinkhorn_log(a[rows], b, M, reg, log=True, **{'warn': False, **final_sinkhorn})
+            plans[rows], tok[rows], merr[rows] = P, (P * M).sum(-1), lg['err']
+        conv = (last < tol) | ~torch.zeros(G, dtype=torch.bool, device=h.device).index_fill_(0, gid[rows], True)  # (G,) empty groups count as converged
+    if warn and not conv.all():
+        warnings.warn(f"linearized_barycenter: {int((~conv).sum())} of {G} groups not converged in {max_iter} iterations "
+                      f"(largest last change {float(last[~conv].max()):.2e} >= tol {tol:.1e})", stacklevel=2)
+    info = dict(plans=plans, token_cost=tok, tau_bar=tau_bar, n_iter=int(n_it.max()) if G else 0, n_iter_group=n_it,
+                sinkhorn_iters=int(n_sk.max()) if G else 0, err=errs, converged=bool(conv.all()), converged_group=conv.cpu(),
+                marginal_err=merr, lam=lam)
+    if final_sinkhorn is not None: info['final_sinkhorn_iters'] = lg['n_iter'] if rows.numel() else 0
+    return Z, info
+
+# %% ../nbs/06_linearization.ipynb #bd4620e5
 def linearized_barycenter(h:torch.Tensor,     # (..., K, T, d) hidden states of the rollouts of each group
                           mask:torch.Tensor,  # (..., K, T) bool, True on real tokens; all-False row = absent rollout
                           alpha:float=0.25,   # FGW trade-off (weight of the structure term)
@@ -165,28 +283,16 @@ def linearized_barycenter(h:torch.Tensor,     # (..., K, T, d) hidden states of 
                           inner_iter:int=200,  # most Sinkhorn iterations per barycenter iteration (warm-started)
                           omega:float|str=1.9, # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
                           check_every:int=5,   # Sinkhorn checks its marginal error every this many iterations
+                          final_sinkhorn:dict|None=None, # `sinkhorn_log` keywords for one more solve against the final Z (exact plans)
                           warn:bool=True      # warn if not converged
                          ) -> tuple:          # Z (..., L_b, d) and info dict
-    "Linearized FGW barycenter (Lemma 3.1): free-support $W_2$ barycenter of lifted rollouts, $\\bar\\tau$ fixed on the chain."
+    "Linearized FGW barycenter (Lemma 3.1): free-support $W_2$ barycenter of lifted rollouts, $\\bar\\tau$ fixed on the chain; leading dims = groups."
     lam = check_barycenter_inputs(h, mask, weights)  # (..., K)
-    hn = normalize_features(h, how=normalize)  # (..., K, T, d)
-    h = hn * mask.unsqueeze(-1) if hn is h or hn.requires_grad else hn.mul_(mask.unsqueeze(-1))  # (..., K, T, d) no extra copy
-    tau_bar, tol = chain_tau_bar(L_b, h.dtype, h.device), max(tol, 100 * torch.finfo(h.dtype).eps)  # (L_b,)
-    G = alpha * linear_cost(chain_positions(mask, h.dtype), tau_bar)  # (..., K, T, L_b) position part of the lifted cost, fixed
-    hh = (h * h).sum(-1, keepdim=True)  # (..., K, T, 1) $\lVert h_t\rVert^2$, once
-    a = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1)  # (..., K, T) all-zero row = absent
-    b = torch.full(mask.shape[:-1] + (L_b,), 1 / L_b, dtype=h.dtype, device=h.device)  # (..., K, L_b)
-    Z0 = barycenter_update(monotone_plan(a, b), h, lam)  # (..., L_b, d)
-    batch, K, T, d = h.shape[:-3], *h.shape[-3:]
-    f = lambda x: x.reshape(-1, *x.shape[len(batch):])  # flatten the groups
-    out = [_barycenter_group(*g, reg, alpha, max_iter, tol, stop_thr, inner_rtol, inner_iter, omega, check_every)
-           for g in zip(*map(f, (h, hh, G, a, b, lam, Z0)))]
-    Z, plans, cost, merr = (torch.stack([o[i] for o in out]).reshape(*batch, *out[0][i].shape) for i in range(4))  # (..., L_b, d), ...
-    n_it = torch.tensor([o[4] for o in out]).reshape(batch)  # (...,) barycenter iterations of each group
-    errs = [max(o[6][k] for o in out if len(o[6]) > k) for k in range(int(n_it.max()))]  # largest change among groups still iterating
-    conv = torch.tensor([o[6][-1] < tol for o in out]).reshape(batch)  # (...,)
-    if warn and not conv.all():
-        warnings.warn(f"linearized_barycenter: {int((~conv).sum())} of {conv.numel()} groups not converged in {max_iter} iterations "
-                      f"(largest last change {max(o[6][-1] for o in out):.2e} >= tol {tol:.1e})", stacklevel=2)
-    return Z, dict(plans=plans, tau_bar=tau_bar, n_iter=int(n_it.max()), n_iter_group=n_it, sinkhorn_iters=max(o[5] for o in out),
-                   err=errs, converged=bool(conv.all()), converged_group=conv, marginal_err=merr, token_cost=cost, lam=lam)
+    *batch, K, T, d = h.shape
+    n = math.prod(batch)
+    group = torch.arange(n, device=h.device).repeat_interleave(K)  # (n K,) rollout -> its group
+    Z, info = group_barycenters(h.reshape(-1, T, d), mask.reshape(-1, T), group, n, lam.reshape(-1), alpha, L_b, reg, max_iter, tol,
+                                normalize, stop_thr, inner_rtol, inner_iter, omega, check_every, final_sinkhorn, warn)
+    for k, shape in (('plans', (K, T, L_b)), ('token_cost', (K, T)), ('marginal_err', (K,)), ('lam', (K,)), ('n_iter_group', ()), ('converged_group', ())):
+        info[k] = info[k].reshape(tuple(batch) + shape)  # back to the grouped layout (views)
+    return Z.reshape(*batch, L_b, d), info

@@ -121,10 +121,10 @@ def scaling_step(Kt:torch.Tensor, # (..., n, m) stabilised kernel $\tilde K$
     "One exp-domain Sinkhorn iteration on the stabilised kernel: $\\tilde v = b / \\tilde K^\\top \\tilde u$, $\\tilde u = a / \\tilde K \\tilde v$ (over-relaxed: $\\tilde v^{1-\\omega}(\\cdot)^\\omega$)."
     sor = not (isinstance(omega, float) and omega == 1.)
     Ktu = (u.unsqueeze(-2) @ Kt).squeeze(-2)  # (..., m)  row-vector products are the fast batched gemv on CPU
-    v_new = b / Ktu if not sor else v ** (1 - omega) * (b / Ktu) ** omega  # (..., m)
+    v_new = b / Ktu if not sor else v * (b / (Ktu * v)) ** omega  # (..., m)  $\tilde v^{1-\omega}(b/\tilde K^\top\tilde u)^\omega$ with one pow
     v = torch.where(b > 0, v_new, torch.ones_like(b))  # (..., m) padding keeps correction 1
     Kv = (v.unsqueeze(-2) @ Kt.transpose(-1, -2)).squeeze(-2)  # (..., n)
-    u_new = a / Kv if not sor else u ** (1 - omega) * (a / Kv) ** omega  # (..., n)
+    u_new = a / Kv if not sor else u * (a / (Kv * u)) ** omega  # (..., n)
     u = torch.where(a > 0, u_new, torch.ones_like(a))  # (..., n)
     lim = math.exp(tau)
     ok = ((u < lim) & (u > 1 / lim)).all(-1) & ((v < lim) & (v > 1 / lim)).all(-1)  # (...,) nan/inf/0 fail too
@@ -135,12 +135,17 @@ class SinkhornConvergenceWarning(UserWarning):
     "Raised (as a warning) when some Sinkhorn problems did not meet `stop_thr` within `num_iter_max` iterations."
 
 # %% ../nbs/03_sinkhorn.ipynb #b74be7f0
-def _absorb(logK, log_u, log_v, u, v, active):
-    "Fold corrections into the potentials of active items; return potentials and the fresh stabilised kernel."
-    act = active.unsqueeze(-1)  # (..., 1)
-    log_u = torch.where(act, log_u + u.log(), log_u)  # (..., n)  -inf + 0 stays -inf on padding
-    log_v = torch.where(act, log_v + v.log(), log_v)  # (..., m)
-    return log_u, log_v, torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2))  # (..., n, m)
+def _fold(log_u, log_v, u, v, sel):
+    "Fold the corrections $\\tilde u, \\tilde v$ of the selected items into their potentials; their corrections become 1."
+    s = sel.unsqueeze(-1)  # (..., 1)
+    return (torch.where(s, log_u + u.log(), log_u), torch.where(s, log_v + v.log(), log_v),  # -inf + 0 stays -inf on padding
+            torch.where(s, torch.ones_like(u), u), torch.where(s, torch.ones_like(v), v))
+
+def _kernel(logK, log_u, log_v, Kt=None, sel=None):
+    "Stabilised kernel $\\tilde K = e^{\\log K + \\log u + \\log v}$ (..., n, m): built for all items, or rebuilt in place for the selected ones."
+    if Kt is None or sel is None or bool(sel.all()): return torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2))
+    Kt[sel] = torch.exp(logK[sel] + log_u[sel].unsqueeze(-1) + log_v[sel].unsqueeze(-2))  # exp work only for those items
+    return Kt
 
 # %% ../nbs/03_sinkhorn.ipynb #a43d88a0
 def _log_iteration(logK, log_a, log_b, log_u, log_v, active):
@@ -160,28 +165,30 @@ def _start(a, b, M, reg, log_u0, log_v0=None, tau=math.inf):
     log_u = warm(torch.zeros(()) if log_u0 is None else log_u0, a)  # (..., n)
     log_v = warm(torch.zeros(()) if log_v0 is None else log_v0, b)  # (..., m)
     active = torch.ones(M.shape[:-2], dtype=torch.bool, device=M.device)  # (...,)
-    cold = active  # (...,) items that need the exact log-domain iteration 0
+    cold, Kt = active, None  # (...,) items that need the exact log-domain iteration 0
     if log_u0 is not None and log_v0 is not None:  # both potentials warm: try the kernel directly, no log-domain pass
-        Kt = torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2))  # (..., n, m)
+        Kt = _kernel(logK, log_u, log_v)  # (..., n, m)
         rows, cols = Kt.sum(-1), Kt.sum(-2)  # (..., n), (..., m) every real row/column needs mass, none may blow up
         lim = math.exp(tau)
         cold = ~((((rows > 1 / lim) & (rows < lim)) | (a == 0)).all(-1) & (((cols > 1 / lim) & (cols < lim)) | (b == 0)).all(-1))
         if not cold.any(): return a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold
     log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, cold)  # per item: the others keep their warm potentials
-    return a, present, logK, log_a, log_b, log_u, log_v, active, torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2)), cold
+    return a, present, logK, log_a, log_b, log_u, log_v, active, _kernel(logK, log_u, log_v, Kt, cold), cold
 
 # %% ../nbs/03_sinkhorn.ipynb #15396816
-def _final_plan(logK, log_a, log_u, log_v, Kt, present):
-    "Plan after a last exact $u$-update, $\\operatorname{diag}(a)\\,\\mathrm{softmax}_j(\\log K + \\log v)$; zero for absent items."
-    a, rows = log_a.exp(), Kt.sum(-1)  # (..., n); Kt = exp(logK + log u + log v) was just rebuilt by an absorb
-    fast = ((rows > torch.finfo(Kt.dtype).tiny / torch.finfo(Kt.dtype).eps) | (a == 0)).all(-1)  # (...,) rows of Kt usable
-    scale = torch.where(a > 0, a / rows, torch.zeros_like(a))  # (..., n) fast path: rescale the rows of Kt (no exp pass)
-    plan, log_u = Kt * scale.unsqueeze(-1), log_u + scale.log()  # (..., n, m), (..., n)
+def _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present):
+    "Plan after a last exact $u$-update, $\\operatorname{diag}(a)\\,\\mathrm{softmax}_j(\\log K + \\log v)$, zero for absent items; and its potentials."
+    a = log_a.exp()  # (..., n); $\tilde u$ is replaced by the exact update, $\tilde v$ folded in
+    rows, log_v = (Kt @ v.unsqueeze(-1)).squeeze(-1), log_v + v.log()  # (..., n) row sums of $\tilde K\operatorname{diag}(\tilde v)$, (..., m)
+    fast = ((rows > torch.finfo(Kt.dtype).tiny / torch.finfo(Kt.dtype).eps) | (a == 0)).all(-1)  # (...,) rows usable
+    scale = torch.where(a > 0, a / rows, torch.zeros_like(a))  # (..., n) fast path: rescale the rows (no exp pass)
+    plan, log_u = (Kt * v.unsqueeze(-2)).mul_(scale.unsqueeze(-1)), log_u + scale.log()  # (..., n, m), (..., n)
     if not fast.all():  # the others: the same plan via log-softmax (the row marginal holds even with huge float32 potentials)
         slow = torch.exp(log_a.unsqueeze(-1) + torch.log_softmax(logK + log_v.unsqueeze(-2), dim=-1))  # (..., n, m)
         plan = torch.where(fast[..., None, None], plan, slow)
         log_u = torch.where(fast.unsqueeze(-1), log_u, lse_update(log_a, logK, log_v))  # (..., n)
-    return plan * present.unsqueeze(-1).unsqueeze(-1), log_u  # (..., n, m), (..., n)
+    if not present.all(): plan = plan * present[..., None, None]  # absent items: zero plan
+    return plan, log_u, log_v  # (..., n, m), (..., n), (..., m)
 
 # %% ../nbs/03_sinkhorn.ipynb #fca3ca5c
 def relax_omega(w:torch.Tensor,       # (..., 1) current per-item omega
@@ -235,11 +242,11 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
             else:
                 good, bad = (step & ok).unsqueeze(-1), step & ~ok  # (..., 1), (...,)
                 u, v = torch.where(good, nu, u), torch.where(good, nv, v)
-                if bad.any():  # unsafe step for these items: absorb, redo their iteration exactly in log domain, rebuild the kernel
+                if bad.any():  # unsafe step for these items: fold, redo their iteration exactly in log domain, rebuild their kernel
                     if omega != 1: w = torch.where(bad.unsqueeze(-1), torch.ones_like(w), w)  # no over-relaxation there
-                    log_u, log_v, _ = _absorb(logK, log_u, log_v, u, v, active)
+                    log_u, log_v, u, v = _fold(log_u, log_v, u, v, bad)
                     log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, bad)
-                    u, v, Kt = torch.ones_like(a), torch.ones_like(b), torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2))
+                    Kt = _kernel(logK, log_u, log_v, Kt, bad)
         pending += 1  # iterations since the last check; `active` only changes at checks
         if it % check_every == 0 or it == num_iter_max - 1:
             n_item, pending = n_item + pending * active.long(), 0
@@ -249,11 +256,12 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
                 w = relax_omega(w, new_err, err, active, check_every if it > 0 else 1, omega)
                 if wide.any(): w = torch.where(wide.unsqueeze(-1), torch.ones_like(w), w)
             err = torch.where(active, new_err, err)  # (...,)
-            (log_u, log_v, Kt), u, v = _absorb(logK, log_u, log_v, u, v, active), torch.ones_like(a), torch.ones_like(b)
+            far = active & ((u.log().abs().amax(-1) > tau / 2) | (v.log().abs().amax(-1) > tau / 2))  # (...,) corrections grown large
+            if far.any(): log_u, log_v, u, v = _fold(log_u, log_v, u, v, far); Kt = _kernel(logK, log_u, log_v, Kt, far)  # absorb those
             active = active & ~(err < thr)
             every = bool(active.all())
             if not every and not active.any(): break
-    plan, log_u = _final_plan(logK, log_a, log_u, log_v, Kt, present)
+    plan, log_u, log_v = _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present)
     if warn and active.any():
         warnings.warn(f"sinkhorn_log: {int(active.sum())} of {active.numel()} problems did not converge in {num_iter_max} "
                       f"iterations (largest marginal error {float(err[active].max()):.2e}, stop_thr {float(thr[active].min()):.1e}); "
