@@ -222,13 +222,14 @@ class Novelty:
     og: torch.Tensor         # (B,) outcome group of each rollout
     group_size: torch.Tensor # (B,) non-empty rollouts in the rollout's outcome group
     computed: torch.Tensor   # (B,) bool, rollouts whose novelty was computed (others carry 0)
-    slots: torch.Tensor      # (G', K) batch index of each packed rollout, -1 = absent
+    slots: torch.Tensor      # (G', K) batch index of each computed group's rollouts, -1 = none
     barycenters: torch.Tensor # (G', L_b, d) supports z_j of each computed barycenter
     tau_bar: torch.Tensor    # (L_b,) barycenter positions
-    bary_iters: object = None    # barycenter iterations (from `linearized_barycenter`)
+    bary_iters: object = None    # barycenter iterations, the most of any group (from `group_barycenters`)
     sinkhorn_iters: object = None # Sinkhorn iterations: {'barycenter': total over its iterations, 'final': final plans}
     metric: str = 'fgw'
     notes: list = field(default_factory=list)
+    bary_iters_group: torch.Tensor|None = None # (G',) barycenter iterations of each computed group
 
     @property
     def bary_sizes(self) -> torch.Tensor:
@@ -293,7 +294,8 @@ def hara_novelty(
         if fs is not None: sk['final'] = info['final_sinkhorn_iters']
         if not info['converged']: notes.append(f"linearized_barycenter stopped after {it} iterations without reaching tol")
     n_tok = token_novelty(contrib, mask)  # (B, T)
-    return Novelty(contrib, n_tok, sequence_novelty(n_tok, mask), og, gsize, computed, slots, Z, tau_bar, it, sk, metric, notes)
+    return Novelty(contrib, n_tok, sequence_novelty(n_tok, mask), og, gsize, computed, slots, Z, tau_bar, it, sk, metric, notes,
+                   info['n_iter_group'] if slots.numel() else torch.zeros(0, dtype=torch.long))
 
 # %% ../nbs/09_hara.ipynb #b93d7c7f
 def _embed_contributions(
@@ -571,12 +573,14 @@ def bench_hara(
     "Time `hara_advantages` and its lower bound (one h Z^T per rollout) on a `bench_batch`; a dict of results."
     hidden, mask, rewards, gid = bench_batch(prompts, rollouts, L, d, seed, dtype)
     Zr = torch.randn(hidden.shape[0], d, L_b, dtype=dtype, generator=torch.Generator().manual_seed(seed))  # (B, d, L_b)
-    t_mm, _ = _median_time(lambda: torch.bmm(hidden, Zr), repeats)  # (B, L, L_b)
+    t_mm, _ = _median_time(lambda: torch.bmm(hidden, Zr), max(5, repeats))  # (B, L, L_b) cheap: more runs, a steadier bound
     t_hara, (adv, rw) = _median_time(lambda: hara_advantages(hidden, mask, rewards, gid, granularity=granularity, L_b=L_b, **hara_kw), repeats)
     nov = rw.novelty
+    size = (nov.slots >= 0).sum(-1)  # (G',) rollouts of each computed group
+    products = float(1 + 2 * (nov.bary_iters_group * size).sum()) / hidden.shape[0] if nov.slots.numel() else 0.  # per rollout
     return dict(B=hidden.shape[0], L=L, d=d, L_b=L_b, dtype=str(dtype).replace('torch.', ''), t_hara=t_hara, t_matmul=t_mm,
                 ratio=t_hara / t_mm, groups=int(nov.slots.shape[0]), K=int(nov.slots.shape[1]) if nov.slots.numel() else 0,
-                bary_iters=nov.bary_iters, sinkhorn_iters=nov.sinkhorn_iters, finite=bool(torch.isfinite(adv).all()))
+                bary_iters=nov.bary_iters, sinkhorn_iters=nov.sinkhorn_iters, products=products, finite=bool(torch.isfinite(adv).all()))
 
 # %% ../nbs/09_hara.ipynb #4bc405aa
 def bench_hara_cli(argv:list|None=None) -> int:
@@ -597,9 +601,11 @@ def bench_hara_cli(argv:list|None=None) -> int:
     r = bench_hara(a.prompts, a.rollouts, a.length, a.dim, a.L_b, a.repeats, torch.float64 if a.float64 else torch.float32, a.granularity, bary_kw=bary_kw)
     print(f"batch: {a.prompts} prompts x {a.rollouts} rollouts = {r['B']}, L={r['L']}, d={r['d']}, L_b={r['L_b']}, {r['dtype']}, "
           f"CPU threads={torch.get_num_threads()}")
-    print(f"outcome groups: {r['groups']} (packed K={r['K']}); barycenter iterations: {r['bary_iters']} (max {a.max_iter}); "
+    print(f"outcome groups: {r['groups']} (largest {r['K']}); barycenter iterations: {r['bary_iters']} (max {a.max_iter}); "
           f"sinkhorn iterations: {r['sinkhorn_iters']} (max {a.inner_iter} per barycenter iteration)")
     print(f"hara_advantages ({a.granularity}): {r['t_hara']:.4f} s")
     print(f"lower bound, one h @ Z^T per rollout: {r['t_matmul']:.4f} s")
     print(f"ratio: {r['ratio']:.1f}")
+    print(f"matrix products of that size the barycenter iterations need: {r['products']:.1f} per rollout "
+          f"(1 + 2 per iteration); the rest of the ratio is Sinkhorn and elementwise work")
     return 0 if r['finite'] else 1

@@ -230,6 +230,10 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
     wide = M.abs().amax((-2, -1)) / reg > 8 * tau  # (...,) range beyond the dtype: relaxed steps would all be unsafe there
     if omega != 1 and bool(wide.all()): omega = 1.
     a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold = _start(a, b, M, reg, log_u0, log_v0, tau)
+    shape = active.shape  # the batch shape; we iterate on a flat list of problems and reshape at the end
+    flat = lambda x: x.reshape(-1, *x.shape[len(shape):])
+    a, b, logK, log_a, log_b, log_u, log_v, active, Kt, cold, thr, wide, present = map(flat, (a, b.expand_as(log_v), logK, log_a, log_b, log_u, log_v, active, Kt, cold, thr, wide, present))
+    fixed, full, idx = (logK, log_a, log_b, a, b, thr, wide), None, None  # full-size inputs; full-size state once we compact
     err, n_item = torch.full_like(active, math.inf, dtype=M.dtype), torch.zeros_like(active, dtype=torch.long)  # (...,)
     u, v = torch.ones_like(a), torch.ones_like(b)  # corrections on $\tilde K$
     every, pending = True, 0  # all items active; iterations not yet counted in n_item
@@ -261,7 +265,21 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
             active = active & ~(err < thr)
             every = bool(active.all())
             if not every and not active.any(): break
+            if it > 0 and 2 * int(active.sum()) <= len(active):  # most problems done: go on with the active ones only
+                keep, state = active.nonzero().flatten(), (Kt, log_u, log_v, u, v, err, n_item, active)
+                if full is None: full, idx = state, torch.arange(len(active), device=active.device)  # the full-size state, kept
+                else:  # write back the problems that leave the working set
+                    leave = (~active).nonzero().flatten()
+                    for f, x in zip(full, state): f[idx[leave]] = x[leave]
+                idx, (Kt, log_u, log_v, u, v, err, n_item, active) = idx[keep], (x[keep] for x in state)
+                logK, log_a, log_b, a, b, thr, wide = (x[keep] for x in (logK, log_a, log_b, a, b, thr, wide))
+                if omega != 1: w = w[keep]
+                every = True
+    if full is not None:  # put the working set back into the full-size state
+        for f, x in zip(full, (Kt, log_u, log_v, u, v, err, n_item, active)): f[idx] = x
+        (Kt, log_u, log_v, u, v, err, n_item, active), (logK, log_a, log_b, a, b, thr, wide) = full, fixed
     plan, log_u, log_v = _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present)
+    plan, log_u, log_v, err, n_item, active, thr = (x.reshape(tuple(shape) + x.shape[1:]) for x in (plan, log_u, log_v, err, n_item, active, thr))
     if warn and active.any():
         warnings.warn(f"sinkhorn_log: {int(active.sum())} of {active.numel()} problems did not converge in {num_iter_max} "
                       f"iterations (largest marginal error {float(err[active].max()):.2e}, stop_thr {float(thr[active].min()):.1e}); "

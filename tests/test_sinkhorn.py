@@ -199,3 +199,17 @@ def test_cuda_matches_cpu():
     gpu = sinkhorn_log(a.cuda(), b.cuda(), M.cuda(), 0.05)
     assert gpu.device.type == 'cuda'
     torch.testing.assert_close(gpu.cpu(), cpu, atol=1e-12, rtol=0)
+
+def test_working_set_shrinks_without_changing_any_item():
+    "Problems that converge leave the working set (compaction, several times here); every item equals its own solve."
+    a, b, M = problem(11, 16, 30, 7)
+    thr = torch.tensor([10. ** -(2 + i % 12) for i in range(16)], dtype=torch.float64).reshape(4, 4)  # (4, 4) batch
+    a, b, M = a.reshape(4, 4, 30), b.reshape(4, 4, 7), M.reshape(4, 4, 30, 7)
+    plan, lg = sinkhorn_log(a, b, M, 0.02, stop_thr=thr, omega=1.5, log=True, num_iter_max=5000)
+    assert lg['converged'].all() and len(set(lg['n_iter_item'].flatten().tolist())) > 4  # items stopped at many different counts
+    for i in range(4):
+        for j in range(4):
+            p1, l1 = sinkhorn_log(a[i, j], b[i, j], M[i, j], 0.02, stop_thr=float(thr[i, j]), omega=1.5, log=True, num_iter_max=5000)
+            assert int(lg['n_iter_item'][i, j]) == l1['n_iter']
+            torch.testing.assert_close(plan[i, j], p1, atol=1e-14, rtol=0)
+            torch.testing.assert_close(lg['log_v'][i, j], l1['log_v'], atol=1e-9, rtol=0)
