@@ -14,7 +14,7 @@ from hara_ref.data import planted_stage_rollouts
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Fixed iteration counts (outer and inner, per-item Sinkhorn stopping in float64): then a rollout's numbers do not
-# depend on which other groups share the batch, up to rounding. `linearized_barycenter` also stops each outcome group
+# depend on which other groups share the batch, up to rounding. `group_barycenters` (chapter 06) also stops each outcome group
 # on its own `tol`, so packing is invariant with the defaults too (`test_padding_and_packing_change_nothing_default_tol`).
 EXACT = dict(bary_kw=dict(max_iter=3, tol=0., inner_rtol=0., stop_thr=1e-10, inner_iter=200))
 
@@ -87,7 +87,7 @@ def test_padding_and_packing_change_nothing(b1, b2, extra, gi):
 @SETTINGS
 @given(batches(max_prompts=2), batches(max_prompts=2), st.integers(1, 4), st.sampled_from(range(3)))
 def test_padding_and_packing_change_nothing_default_tol(b1, b2, extra, gi):
-    "With the default tolerance-based stopping too: each outcome group stops on its own tol (`linearized_barycenter`)."
+    "With the default tolerance-based stopping too: each outcome group stops on its own tol (`group_barycenters`)."
     (h1, m1, r1, g1), (h2, m2, r2, g2) = b1, b2
     a1, _ = hara_advantages(h1, m1, r1, g1, **GRAN[gi])
     a2, _ = hara_advantages(h2, m2, r2, g2, **GRAN[gi])

@@ -4,7 +4,10 @@ import numpy as np, ot, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from hara_ref.fgw import chain_positions, chain_structure
 from hara_ref.linearization import (anchor_plan, structure_cost, chain_tau_bar, linear_cost, lift, sq_dists, lfgw,
-                                    monotone_plan, barycenter_update, linearized_barycenter, barycenter_cost)
+                                    monotone_plan, barycenter_update, linearized_barycenter, barycenter_cost,
+                                    group_barycenters, feature_scales)
+from hara_ref.fgw import normalize_features
+from hara_ref.sinkhorn import sinkhorn_log
 
 SET = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 f64 = torch.float64
@@ -158,3 +161,68 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match='alpha'): lift(h, torch.rand(2, 3), 1.5)
     with pytest.raises(ValueError, match='L_b must be >= 2'): anchor_plan(torch.ones(3, dtype=torch.bool), 1)
     with pytest.raises(ValueError, match='at least one real token'): anchor_plan(torch.zeros(3, dtype=torch.bool), 4)
+
+
+# ---------------------------------------------------------------- group_barycenters: rollouts in place, any order
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10**6), sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3), extra=st.integers(0, 3))
+def test_group_barycenters_flat_any_order_equals_grouped(seed, sizes, extra):
+    "Rollouts flat, shuffled, with rollouts in no group (-1) and NaN padding: the same numbers as the grouped layout."
+    groups = [_group(seed + g, K=k) for g, k in enumerate(sizes)]
+    T = max(h.shape[1] for h, _ in groups) + extra
+    H = torch.zeros(len(sizes), max(sizes), T, 6, dtype=f64); Mk = torch.zeros(len(sizes), max(sizes), T, dtype=torch.bool)
+    for i, (h, m) in enumerate(groups): H[i, :h.shape[0], :h.shape[1]] = h; Mk[i, :m.shape[0], :m.shape[1]] = m
+    Zg, ig = linearized_barycenter(H, Mk, L_b=5, warn=False)
+    rows = [(g, k) for g in range(len(sizes)) for k in range(sizes[g])]
+    h = torch.stack([H[g, k] for g, k in rows] + [torch.randn(T, 6, dtype=f64)])  # (R+1, T, d): one more rollout in no group
+    m = torch.stack([Mk[g, k] for g, k in rows] + [torch.ones(T, dtype=torch.bool)])
+    gid = torch.tensor([g for g, _ in rows] + [-1])
+    h[~m] = float('nan')  # padding may hold anything
+    perm = torch.randperm(len(gid), generator=torch.Generator().manual_seed(seed))
+    Z, info = group_barycenters(h[perm], m[perm], gid[perm], len(sizes), L_b=5, warn=False)
+    torch.testing.assert_close(Z, Zg, rtol=0, atol=1e-10)
+    inv = perm.argsort()
+    for r, (g, k) in enumerate(rows):
+        torch.testing.assert_close(info['plans'][inv[r]], ig['plans'][g, k], rtol=0, atol=1e-10)
+        torch.testing.assert_close(info['token_cost'][inv[r]], ig['token_cost'][g, k], rtol=0, atol=1e-10)
+    assert info['plans'][inv[-1]].abs().sum() == 0 and info['token_cost'][inv[-1]].abs().sum() == 0  # not in any group
+    assert torch.equal(info['n_iter_group'], ig['n_iter_group'].reshape(-1))
+
+def test_final_sinkhorn_gives_the_exact_plans_to_the_returned_barycenter():
+    h, mask = _group(8)
+    Z, info = group_barycenters(h, mask, torch.zeros(len(h), dtype=torch.long), L_b=6, reg=0.2, max_iter=5, warn=False,
+                                final_sinkhorn=dict(stop_thr=1e-12, num_iter_max=5000))
+    hn = normalize_features(h, 'unit') * mask.unsqueeze(-1)
+    M = barycenter_cost(lift(hn, chain_positions(mask, f64), .25), Z[0], info['tau_bar'], .25)  # (K, T, L_b)
+    a = mask.double() / mask.sum(-1, keepdim=True)
+    P, lg = sinkhorn_log(a, torch.full((6,), 1 / 6, dtype=f64), M, 0.2, stop_thr=1e-12, num_iter_max=5000, log=True)
+    assert lg['converged'].all()
+    torch.testing.assert_close(info['plans'], P, rtol=0, atol=1e-9)
+    torch.testing.assert_close(info['token_cost'], (P * M).sum(-1), rtol=0, atol=1e-9)
+    assert info['final_sinkhorn_iters'] > 0
+
+@pytest.mark.parametrize('how', ['unit', 'none', 'mean_norm'])
+def test_feature_scales_match_normalize_features(how):
+    h, mask = _group(9)
+    _, s, hh = feature_scales(h, mask, how)
+    hn = normalize_features(h, how, mask) * mask.unsqueeze(-1)
+    torch.testing.assert_close(s.unsqueeze(-1) * h, hn, rtol=0, atol=1e-14)
+    torch.testing.assert_close(hh, (hn ** 2).sum(-1), rtol=0, atol=1e-14)
+
+def test_feature_scales_float32_norm_overflow():
+    h = torch.full((1, 3, 4), 3e38)  # finite float32 entries whose norm overflows float32
+    _, s, hh = feature_scales(h, torch.ones(1, 3, dtype=torch.bool))
+    assert torch.isfinite(s).all() and (s > 0).all()
+    torch.testing.assert_close(hh, torch.ones(1, 3), rtol=1e-5, atol=0)
+
+def test_group_barycenters_bad_input():
+    h, mask = _group(10)
+    g = torch.zeros(len(h), dtype=torch.long)
+    with pytest.raises(ValueError, match='group must be an integer tensor'): group_barycenters(h, mask, g.double())
+    with pytest.raises(ValueError, match='group must be an integer tensor'): group_barycenters(h, mask, g[:-1])
+    with pytest.raises(ValueError, match='< n_groups'): group_barycenters(h, mask, g + 2, n_groups=2)
+    with pytest.raises(ValueError, match='mask must be bool'): group_barycenters(h, mask.double(), g)
+    with pytest.raises(ValueError, match='alpha'): group_barycenters(h, mask, g, alpha=2.)
+    hb = h.clone(); hb[0, 0, 0] = float('inf')
+    with pytest.raises(ValueError, match='nan or inf on real tokens'): group_barycenters(hb, mask, g)
+    with pytest.raises(ValueError, match='weights'): group_barycenters(h, mask, g, weights=-torch.ones(len(h)))
