@@ -9,9 +9,8 @@ from dataclasses import dataclass, field
 import torch
 from .grpo import base_advantages
 from .sinkhorn import sinkhorn_log
-from .fgw import chain_positions, normalize_features
 from .fgw_barycenter import sq_dists
-from .linearization import linearized_barycenter, group_barycenters, feature_scales
+from .linearization import group_barycenters, feature_scales
 
 # %% auto #0
 __all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'SHEAR_SINKHORN', 'METHODS', 'check_rollouts', 'outcome_groups', 'pack_slots',

@@ -8,7 +8,7 @@ import math, warnings
 import torch
 import ot
 from .sinkhorn import sinkhorn_log
-from .fgw import chain_positions, chain_structure, normalize_features
+from .fgw import chain_positions
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
 # %% auto #0
