@@ -143,7 +143,7 @@ def _fold(log_u, log_v, u, v, sel):
 
 def _kernel(logK, log_u, log_v, Kt=None, sel=None):
     "Stabilised kernel $\\tilde K = e^{\\log K + \\log u + \\log v}$ (..., n, m): built for all items, or rebuilt in place for the selected ones."
-    if Kt is None or sel is None or bool(sel.all()): return torch.exp(logK + log_u.unsqueeze(-1) + log_v.unsqueeze(-2))
+    if Kt is None or sel is None or bool(sel.all()): return (logK + log_u.unsqueeze(-1)).add_(log_v.unsqueeze(-2)).exp_()  # one allocation
     Kt[sel] = torch.exp(logK[sel] + log_u[sel].unsqueeze(-1) + log_v[sel].unsqueeze(-2))  # exp work only for those items
     return Kt
 
