@@ -89,17 +89,20 @@ def marginal_error(log_u:torch.Tensor, # (..., n) row log-scalings
 # %% ../nbs/03_sinkhorn.ipynb #917fc32d
 def stop_floor(M:torch.Tensor, # (..., n, m) cost
                b:torch.Tensor, # (..., m) target weights
-               reg:float       # entropic regulariser
+               reg:float,      # entropic regulariser
+               M_max:torch.Tensor|None=None # (...,) $\max|M|$ of each problem, if already at hand
               ) -> torch.Tensor: # (...,) smallest marginal error the dtype can resolve, per problem
     "Empirical rounding floor of each problem's marginal error: $8\\epsilon_{\\mathrm{mach}}\\sqrt{1+\\max|M|/\\varepsilon}\\,\\lVert b\\rVert_2$."
     eps = torch.finfo(M.dtype).eps
-    return 8 * eps * (1 + M.abs().amax((-2, -1)) / reg) ** 0.5 * b.norm(dim=-1)  # (...,)
+    M_max = M.abs().amax((-2, -1)) if M_max is None else M_max  # (...,)
+    return 8 * eps * (1 + M_max / reg) ** 0.5 * b.norm(dim=-1)  # (...,)
 
 # %% ../nbs/03_sinkhorn.ipynb #ddc50586
 def item_thresholds(stop_thr:float|torch.Tensor, # a float, or (...,) one per problem (broadcast to the batch)
                     M:torch.Tensor,   # (..., n, m) cost (batch shape already broadcast)
                     b:torch.Tensor,   # (..., m) target weights
-                    reg:float         # entropic regulariser
+                    reg:float,        # entropic regulariser
+                    M_max:torch.Tensor|None=None # (...,) $\max|M|$ of each problem, if already at hand
                    ) -> torch.Tensor: # (...,) $\max(\texttt{stop\_thr}, \text{floor})$ for each problem
     "Per-problem stopping thresholds: `stop_thr` (a float or a tensor, one per problem) floored by `stop_floor`."
     batch = M.shape[:-2]
@@ -107,7 +110,7 @@ def item_thresholds(stop_thr:float|torch.Tensor, # a float, or (...,) one per pr
     try: thr = thr.expand(batch)
     except RuntimeError: raise ValueError(f"stop_thr of shape {tuple(thr.shape)} does not broadcast to the batch shape {tuple(batch)}") from None
     if torch.isnan(thr).any() or (thr < 0).any(): raise ValueError("stop_thr must be non-negative (and not nan)")
-    return torch.maximum(thr, stop_floor(M, b, reg))  # (...,)
+    return torch.maximum(thr, stop_floor(M, b, reg, M_max))  # (...,)
 
 # %% ../nbs/03_sinkhorn.ipynb #ea635c5a
 def scaling_step(Kt:torch.Tensor, # (..., n, m) stabilised kernel $\tilde K$
@@ -226,8 +229,9 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
     if check_inputs: a, b, M = check_ot_inputs(a, b, M, reg)
     else: batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2]); a, b, M = a.expand(*batch, -1), b.expand(*batch, -1), M.expand(*batch, -1, -1)
     if not omega == 'auto' and not (isinstance(omega, (int, float)) and 1 <= omega < 2): raise ValueError(f"omega must be in [1, 2) or 'auto', got {omega!r}")
-    thr, tau = item_thresholds(stop_thr, M, b, reg), 0.25 * math.log(torch.finfo(M.dtype).max)  # (...,)
-    wide = M.abs().amax((-2, -1)) / reg > 8 * tau  # (...,) range beyond the dtype: relaxed steps would all be unsafe there
+    M_max, tau = M.abs().amax((-2, -1)), 0.25 * math.log(torch.finfo(M.dtype).max)  # (...,) once: the floor and the relaxation switch need it
+    thr = item_thresholds(stop_thr, M, b, reg, M_max)  # (...,)
+    wide = M_max / reg > 8 * tau  # (...,) range beyond the dtype: relaxed steps would all be unsafe there
     if omega != 1 and bool(wide.all()): omega = 1.
     a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold = _start(a, b, M, reg, log_u0, log_v0, tau)
     shape = active.shape  # the batch shape; we iterate on a flat list of problems and reshape at the end
