@@ -4,13 +4,14 @@
 
 # %% ../nbs/05_fgw_barycenter.ipynb #a1716a50
 from __future__ import annotations
+import math, warnings
 import numpy as np, torch, ot
 from .fgw import fgw, fgw_objective, chain_graph, chain_structure
 from .data import planted_stage_rollouts, PlantedRollouts
 
 # %% auto #0
-__all__ = ['update_features', 'update_structure', 'sq_dists', 'fgw_barycenter', 'monotone_coupling', 'rollout_barycenter',
-           'lookalike_stage_rollouts', 'stage_mapping', 'stage_recovery', 'heldout_recovery']
+__all__ = ['update_features', 'update_structure', 'sq_dists', 'check_barycenter_inputs', 'fgw_barycenter', 'monotone_coupling',
+           'rollout_barycenter', 'lookalike_stage_rollouts', 'stage_mapping', 'stage_recovery', 'heldout_recovery']
 
 # %% ../nbs/05_fgw_barycenter.ipynb #ffa94658
 def update_features(plans:list,   # K plans (L_i, L_b), rollout -> barycenter
@@ -38,6 +39,32 @@ def sq_dists(x:torch.Tensor,  # (..., n, p) points
     xx, yy = (x * x).sum(-1).unsqueeze(-1), (y * y).sum(-1).unsqueeze(-2)  # (..., n, 1), (..., 1, m)
     return (xx + yy - 2 * x @ y.transpose(-1, -2)).clamp_min_(0)  # (..., n, m)
 
+# %% ../nbs/05_fgw_barycenter.ipynb #b8dee878
+def check_barycenter_inputs(hs, Cs, ps, lambdas, L_b, b, dt=None): # as `fgw_barycenter`; tensors or NumPy arrays
+    "Validate and convert the inputs of `fgw_barycenter`; returns (hs, Cs, ps, lambdas, b) with lambdas normalised to sum 1."
+    as_t = lambda x: torch.as_tensor(x) if isinstance(x, np.ndarray) else x
+    hs, Cs = [as_t(h) for h in hs], [as_t(C) for C in Cs]
+    K = len(hs)
+    if K == 0: raise ValueError("no rollouts: hs is empty (a barycenter needs at least one feature set)")
+    if len(Cs) != K: raise ValueError(f"need as many structures as feature sets (>= 1), got {K} and {len(Cs)}")
+    for name, xs in (('ps', ps), ('lambdas', lambdas)):
+        if xs is not None and len(xs) != K: raise ValueError(f"{name} has {len(xs)} entries for {K} rollouts")
+    for i, (h, C) in enumerate(zip(hs, Cs)):
+        if not (isinstance(h, torch.Tensor) and h.ndim == 2 and h.is_floating_point()): raise TypeError(f"hs[{i}] must be a floating (L_i, d) tensor or array")
+        if h.shape[0] == 0: raise ValueError(f"hs[{i}] is empty (a rollout needs at least one token)")
+        if h.shape[1] != hs[0].shape[1]: raise ValueError(f"feature size mismatch: hs[{i}] has d = {h.shape[1]}, hs[0] has d = {hs[0].shape[1]}")
+        if h.dtype != hs[0].dtype: raise TypeError(f"dtype mismatch: hs[{i}] is {h.dtype}, hs[0] is {hs[0].dtype}")
+        if tuple(C.shape) != (h.shape[0],) * 2: raise ValueError(f"Cs[{i}] has shape {tuple(C.shape)}, expected {(h.shape[0],) * 2} to match hs[{i}]")
+    if isinstance(L_b, bool) or not isinstance(L_b, (int, np.integer)) or L_b < 1: raise ValueError(f"L_b must be an integer >= 1, got {L_b!r}")
+    lam = torch.full((K,), 1 / K, dtype=torch.float64) if lambdas is None else torch.as_tensor(np.asarray([float(x) for x in lambdas]))  # (K,)
+    if not torch.isfinite(lam).all(): raise ValueError(f"lambdas must be finite, got {lam.tolist()}")
+    if (lam < 0).any(): raise ValueError(f"lambdas must be non-negative, got {lam.tolist()}")
+    if lam.sum() <= 0: raise ValueError("lambdas sum to 0: at least one rollout needs a positive weight")
+    b = torch.full((L_b,), 1 / L_b, dtype=hs[0].dtype) if b is None else as_t(b)  # (L_b,)
+    if tuple(b.shape) != (L_b,) or not (b > 0).all(): raise ValueError(f"b must be positive of shape ({L_b},): the feature step divides by b")
+    ps = [torch.full((len(h),), 1 / len(h), dtype=h.dtype) for h in hs] if ps is None else [as_t(p) for p in ps]
+    return hs, Cs, ps, (lam / lam.sum()).tolist(), b
+
 # %% ../nbs/05_fgw_barycenter.ipynb #853af890
 def fgw_barycenter(hs:list,             # K features (L_i, d)
                    Cs:list,             # K symmetric structures (L_i, L_i)
@@ -54,16 +81,14 @@ def fgw_barycenter(hs:list,             # K features (L_i, d)
                    warmstart:bool=True, # start each FGW solve from the previous plan (monotone objective)
                    init_plans:list|None=None, # K initial plans (L_i, L_b) for the first FGW solves
                    fgw_kwargs:dict|None=None, # passed to `fgw` (default POT's inner tolerances tol_rel=1e-5, tol_abs=0)
-                   log:bool=False):     # also return dict(plans, loss, err, n_iter)
+                   log:bool=False,      # also return dict(plans, loss, err, n_iter, converged)
+                   warn:bool=True):     # warn when `max_iter` is reached before `tol`
     "Exact FGW barycenter $(Z, \\bar C)$ by block-coordinate descent: plans, then features, then structure."
+    hs, Cs, ps, lambdas, b = check_barycenter_inputs(hs, Cs, ps, lambdas, L_b, b)
     K, dt = len(hs), hs[0].dtype
-    if K == 0 or len(Cs) != K: raise ValueError(f"need as many structures as feature sets (>= 1), got {K} and {len(Cs)}")
-    b = torch.full((L_b,), 1 / L_b, dtype=dt) if b is None else b
-    ps = [torch.full((h.shape[0],), 1 / h.shape[0], dtype=dt) for h in hs] if ps is None else ps
-    lambdas = [1 / K] * K if lambdas is None else lambdas
     if fixed_features and init_Z is None: raise ValueError("fixed_features=True needs init_Z")
-    Z = torch.zeros(L_b, hs[0].shape[1], dtype=dt) if init_Z is None else init_Z.clone()  # (L_b, d)
-    Cb = chain_structure(torch.linspace(0, 1, L_b, dtype=dt)) if init_C is None else init_C.clone()  # (L_b, L_b)
+    Z = torch.zeros(L_b, hs[0].shape[1], dtype=dt) if init_Z is None else torch.as_tensor(init_Z).clone()  # (L_b, d)
+    Cb = chain_structure(torch.linspace(0, 1, L_b, dtype=dt)) if init_C is None else torch.as_tensor(init_C).clone()  # (L_b, L_b)
     kw = dict(tol_rel=1e-5, tol_abs=0.) | (fgw_kwargs or {})
     plans, losses, errs = list(init_plans) if init_plans is not None else [None] * K, [], []
     for it in range(1, max_iter + 1):
@@ -75,7 +100,9 @@ def fgw_barycenter(hs:list,             # K features (L_i, d)
         losses.append(float(sum(lam * fgw_objective(P, sq_dists(h, Z), C, Cb, alpha) for lam, P, h, C in zip(lambdas, plans, hs, Cs))))
         errs.append(max(0. if fixed_features else float((Z - Z_old).norm()), 0. if fixed_structure else float((Cb - C_old).norm())))
         if errs[-1] <= tol: break
-    return (Z, Cb, dict(plans=plans, loss=losses, err=errs, n_iter=it)) if log else (Z, Cb)
+    if warn and errs[-1] > tol:
+        warnings.warn(f"fgw_barycenter: stopped after {it} outer iterations with change {errs[-1]:.2e} > tol {tol:.1e}; increase max_iter", stacklevel=2)
+    return (Z, Cb, dict(plans=plans, loss=losses, err=errs, n_iter=it, converged=errs[-1] <= tol)) if log else (Z, Cb)
 
 # %% ../nbs/05_fgw_barycenter.ipynb #eeda1b50
 def monotone_coupling(p:torch.Tensor, # (n,) weights of a chain, in order

@@ -5,12 +5,12 @@
 # %% ../nbs/03_sinkhorn.ipynb #12cf77cc
 from __future__ import annotations
 import math, warnings
-import torch
+import numpy as np, torch
 
 # %% auto #0
-__all__ = ['sinkhorn_naive', 'lse_update', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor',
-           'item_thresholds', 'scaling_step', 'SinkhornConvergenceWarning', 'relax_omega', 'sinkhorn_log',
-           'sinkhorn_log2']
+__all__ = ['sinkhorn_naive', 'lse_update', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor',
+           'item_thresholds', 'solve_in_float32', 'check_warm_start', 'check_iterations', 'scaling_step',
+           'SinkhornConvergenceWarning', 'relax_omega', 'sinkhorn_log', 'sinkhorn_log2']
 
 # %% ../nbs/03_sinkhorn.ipynb #9cebbc29
 def sinkhorn_naive(a:torch.Tensor, # (n,) source weights, sum 1
@@ -37,6 +37,18 @@ def lse_update(log_w:torch.Tensor,   # (..., p) log target weights of the side b
     # rows that are entirely padding (all -inf) give lse = -inf; keep them at -inf, never nan
     return torch.where(torch.isfinite(log_w), log_w - lse, torch.full_like(lse, -math.inf))  # (..., p)
 
+# %% ../nbs/03_sinkhorn.ipynb #b376d7ba
+def as_reg(reg # $\varepsilon$: a Python number, NumPy scalar, 0-d array or 0-d tensor
+          ) -> float: # the same value as a Python float, checked finite and > 0
+    "Entropic regulariser as a Python float; anything that is not one finite real scalar > 0 raises `ValueError`."
+    if type(reg) is float and 0 < reg < math.inf: return reg  # the common case costs one comparison
+    if isinstance(reg, (torch.Tensor, np.ndarray, np.generic)):
+        if reg.ndim: raise ValueError(f"reg must be a scalar, got an array of shape {tuple(reg.shape)}")
+        reg = reg.item()
+    if isinstance(reg, bool) or not isinstance(reg, (int, float)): raise ValueError(f"reg must be a real number, got {type(reg).__name__} {reg!r}")
+    if not (math.isfinite(reg) and reg > 0): raise ValueError(f"reg must be a finite float > 0, got {reg}")
+    return float(reg)
+
 # %% ../nbs/03_sinkhorn.ipynb #2d8d48b5
 def broadcast_batch(*shapes   # batch shapes (tuples or `torch.Size`)
                    ) -> tuple|None: # their broadcast shape, or None if they do not broadcast
@@ -54,9 +66,11 @@ def check_ot_inputs(a:torch.Tensor, # (..., n) source weights
                     M:torch.Tensor, # (..., n, m) cost
                     reg:float       # entropic regulariser
                    ) -> tuple:      # (a, b, M) broadcast to the common batch shape
-    "Validate an entropic OT problem; raise a clear error instead of returning `nan`."
+    "Validate an entropic OT problem (NumPy arrays are converted); raise a clear error instead of returning `nan`."
+    dev = next((x.device for x in (M, a, b) if isinstance(x, torch.Tensor)), None)
+    a, b, M = (torch.as_tensor(x, device=dev) if isinstance(x, np.ndarray) else x for x in (a, b, M))
     for name, x in (('a', a), ('b', b), ('M', M)):
-        if not isinstance(x, torch.Tensor): raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if not isinstance(x, torch.Tensor): raise TypeError(f"{name} must be a torch.Tensor or a NumPy array, got {type(x).__name__}")
         if not x.is_floating_point(): raise TypeError(f"{name} must be a floating tensor, got {x.dtype}")
     if not (a.dtype == b.dtype == M.dtype): raise TypeError(f"dtype mismatch: a {a.dtype}, b {b.dtype}, M {M.dtype}")
     if a.ndim < 1 or b.ndim < 1 or M.ndim < 2: raise ValueError("a, b need >= 1 dim and M >= 2 dims")
@@ -64,11 +78,12 @@ def check_ot_inputs(a:torch.Tensor, # (..., n) source weights
         raise ValueError(f"shape mismatch: M is {tuple(M.shape)} but a has n={a.shape[-1]} and b has m={b.shape[-1]}")
     batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2])
     if batch is None: raise ValueError(f"batch shapes do not broadcast: a {tuple(a.shape)}, b {tuple(b.shape)}, M {tuple(M.shape)}")
-    if not (isinstance(reg, (int, float)) and math.isfinite(reg) and reg > 0): raise ValueError(f"reg must be a finite float > 0, got {reg}")
+    if 0 in M.shape[-2:]: raise ValueError(f"empty problem: n = {a.shape[-1]}, m = {b.shape[-1]}; weights of sum 1 need at least one point on each side")
+    as_reg(reg)
     for name, x in (('M', M), ('a', a), ('b', b)):
         if not torch.isfinite(x).all(): raise ValueError(f"{name} contains nan or inf")
     if (a < 0).any() or (b < 0).any(): raise ValueError("weights a and b must be non-negative")
-    tol = 1e-4 if a.dtype in (torch.float16, torch.bfloat16, torch.float32) else 1e-7
+    tol = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}.get(a.dtype, 1e-7)  # 16 bits: renormalised in float32 later
     sa, sb = a.sum(-1), b.sum(-1)  # (...,)
     if not (((sa - 1).abs() <= tol) | (sa == 0)).all() or not ((sb - 1).abs() <= tol).all():
         raise ValueError(f"weights must be normalised (sum 1; an all-zero `a` marks an absent item): a sums in "
@@ -111,6 +126,43 @@ def item_thresholds(stop_thr:float|torch.Tensor, # a float, or (...,) one per pr
     except RuntimeError: raise ValueError(f"stop_thr of shape {tuple(thr.shape)} does not broadcast to the batch shape {tuple(batch)}") from None
     if torch.isnan(thr).any() or (thr < 0).any(): raise ValueError("stop_thr must be non-negative (and not nan)")
     return torch.maximum(thr, stop_floor(M, b, reg, M_max))  # (...,)
+
+# %% ../nbs/03_sinkhorn.ipynb #b0529305
+def solve_in_float32(a:torch.Tensor, # (..., n) 16-bit source weights
+                     b:torch.Tensor, # (..., m) 16-bit target weights
+                     M:torch.Tensor  # (..., n, m) 16-bit cost
+                    ) -> tuple:      # (a, b, M) in float32, weights renormalised (an all-zero `a` stays zero)
+    "Upcast a 16-bit problem to float32 and renormalise its weights to sum 1."
+    a, b, M = a.float(), b.float(), M.float()
+    sa, sb = a.sum(-1, keepdim=True), b.sum(-1, keepdim=True)  # (..., 1)
+    return torch.where(sa > 0, a / sa, a), b / sb, M
+
+# %% ../nbs/03_sinkhorn.ipynb #fb58249b
+def check_warm_start(x,                # (..., p) warm start (tensor or NumPy array), broadcastable to w
+                     w:torch.Tensor,   # (..., p) weights of that side (0 = padding)
+                     name:str,         # 'log_u0' or 'log_v0', for the message
+                     scale:float       # $\max|M|/\varepsilon$ over the batch
+                    ) -> torch.Tensor: # (..., p) x as a tensor of w's dtype
+    "Refuse a warm start that is not finite, or absurdly large, on real entries."
+    x = torch.as_tensor(x, device=w.device).to(w.dtype)
+    try: x = x.expand_as(w)
+    except RuntimeError: raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to the weights' shape {tuple(w.shape)}") from None
+    real, lw = x[w > 0], w[w > 0]  # (r,), (r,)
+    if not torch.isfinite(real).all(): raise ValueError(f"{name} contains nan or inf on real entries (weight > 0); only padding may be infinite")
+    bound = 100 + 8 * (scale - float(lw.min().log())) if len(lw) else math.inf
+    if len(real) and float(real.abs().max()) > bound:
+        raise ValueError(f"{name} has entries of size {float(real.abs().max()):.3g}, beyond {bound:.3g} = 100 + 8 (max|M|/reg + max|log w|): rounding would erase the cost")
+    return x
+
+# %% ../nbs/03_sinkhorn.ipynb #77981b36
+def check_iterations(num_iter_max:int, # most iterations, >= 1
+                     check_every:int,  # iterations between checks, >= 1
+                     omega:float|str   # over-relaxation in [1, 2), or 'auto'
+                    ) -> None:
+    "Validate `sinkhorn_log`'s iteration settings."
+    for name, k in (('num_iter_max', num_iter_max), ('check_every', check_every)):
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1: raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
+    if not omega == 'auto' and not (isinstance(omega, (int, float)) and 1 <= omega < 2): raise ValueError(f"omega must be in [1, 2) or 'auto', got {omega!r}")
 
 # %% ../nbs/03_sinkhorn.ipynb #ea635c5a
 def scaling_step(Kt:torch.Tensor, # (..., n, m) stabilised kernel $\tilde K$
@@ -179,6 +231,15 @@ def _start(a, b, M, reg, log_u0, log_v0=None, tau=math.inf):
     return a, present, logK, log_a, log_b, log_u, log_v, active, _kernel(logK, log_u, log_v, Kt, cold), cold
 
 # %% ../nbs/03_sinkhorn.ipynb #15396816
+def _empty_result(M, n, m, log):
+    "Result for a batch without problems (or, with `check_inputs=False`, without points): an empty plan, nothing to iterate."
+    batch, kw = M.shape[:-2], dict(device=M.device)
+    plan = torch.zeros(M.shape, dtype=M.dtype, **kw)  # (..., n, m)
+    if not log: return plan
+    return plan, dict(n_iter=0, n_iter_item=torch.zeros(batch, dtype=torch.long, **kw), err=torch.zeros(batch, dtype=M.dtype, **kw),
+                      converged=torch.ones(batch, dtype=torch.bool, **kw), log_u=torch.zeros(*batch, n, dtype=M.dtype, **kw),
+                      log_v=torch.zeros(*batch, m, dtype=M.dtype, **kw), stop_thr=torch.zeros(batch, dtype=M.dtype, **kw))
+
 def _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present):
     "Plan after a last exact $u$-update, $\\operatorname{diag}(a)\\,\\mathrm{softmax}_j(\\log K + \\log v)$, zero for absent items; and its potentials."
     a = log_a.exp()  # (..., n); $\tilde u$ is replaced by the exact update, $\tilde v$ folded in
@@ -214,7 +275,7 @@ def relax_omega(w:torch.Tensor,       # (..., 1) current per-item omega
 def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
                  b:torch.Tensor,        # (..., m) target weights (sum 1; zeros = padding)
                  M:torch.Tensor,        # (..., n, m) cost; leading dims broadcast with a, b
-                 reg:float,             # entropic regulariser $\varepsilon > 0$
+                 reg:float,             # entropic regulariser $\varepsilon > 0$ (any real scalar, see `as_reg`)
                  num_iter_max:int=1000, # most iterations
                  stop_thr:float|torch.Tensor=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2$ < this; a float or (...,) per problem (floored, see `stop_floor`)
                  check_every:int=10,    # check the marginal error every this many iterations
@@ -223,13 +284,18 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
                  log_u0:torch.Tensor|None=None, # (..., n) optional warm start for $\log u$
                  log_v0:torch.Tensor|None=None, # (..., m) optional warm start for $\log v$ (with `log_u0`: no log-domain pass)
                  omega:float|str=1.,    # over-relaxation $\omega \in [1, 2)$, or 'auto' (set from the observed rate); see below
-                 check_inputs:bool=True # validate a, b, M, reg (`check_ot_inputs`); inner loops that did it once pass False
-                ):                      # plan (..., n, m) [, log dict]
+                 check_inputs:bool=True # validate (and convert) a, b, M and the warm starts; inner loops that did it once pass False
+                ):                      # plan (..., n, m) in the dtype of M [, log dict]
     "Batched log-domain (absorption-stabilised) Sinkhorn for entropic OT; padded rows/columns of the plan are exactly 0."
+    reg, out_dtype = as_reg(reg), None
+    check_iterations(num_iter_max, check_every, omega)
     if check_inputs: a, b, M = check_ot_inputs(a, b, M, reg)
     else: batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2]); a, b, M = a.expand(*batch, -1), b.expand(*batch, -1), M.expand(*batch, -1, -1)
-    if not omega == 'auto' and not (isinstance(omega, (int, float)) and 1 <= omega < 2): raise ValueError(f"omega must be in [1, 2) or 'auto', got {omega!r}")
+    if M.numel() == 0: return _empty_result(M, a.shape[-1], b.shape[-1], log)
+    if M.dtype in (torch.float16, torch.bfloat16): out_dtype, (a, b, M) = M.dtype, solve_in_float32(a, b, M)
     M_max, tau = M.abs().amax((-2, -1)), 0.25 * math.log(torch.finfo(M.dtype).max)  # (...,) once: the floor and the relaxation switch need it
+    if check_inputs and log_u0 is not None: log_u0 = check_warm_start(log_u0, a, 'log_u0', float(M_max.max()) / reg)
+    if check_inputs and log_v0 is not None: log_v0 = check_warm_start(log_v0, b, 'log_v0', float(M_max.max()) / reg)
     thr = item_thresholds(stop_thr, M, b, reg, M_max)  # (...,)
     wide = M_max / reg > 8 * tau  # (...,) range beyond the dtype: relaxed steps would all be unsafe there
     if omega != 1 and bool(wide.all()): omega = 1.
@@ -283,6 +349,7 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
         for f, x in zip(full, (Kt, log_u, log_v, u, v, err, n_item, active)): f[idx] = x
         (Kt, log_u, log_v, u, v, err, n_item, active), (logK, log_a, log_b, a, b, thr, wide) = full, fixed
     plan, log_u, log_v = _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present)
+    if out_dtype is not None: plan = plan.to(out_dtype)  # 16-bit input: plan back in its dtype, log stays float32
     plan, log_u, log_v, err, n_item, active, thr = (x.reshape(tuple(shape) + x.shape[1:]) for x in (plan, log_u, log_v, err, n_item, active, thr))
     if warn and active.any():
         warnings.warn(f"sinkhorn_log: {int(active.sum())} of {active.numel()} problems did not converge in {num_iter_max} "
@@ -301,5 +368,5 @@ def sinkhorn_log2(a:torch.Tensor, # (..., n) source weights
                  ):               # (...,) cost $\langle T, M\rangle$ [, log]
     "Transport cost $\\langle T_\\varepsilon, M\\rangle$ of the entropic plan, batched."
     plan, lg = sinkhorn_log(a, b, M, reg, log=True, **kwargs)
-    cost = (plan * M).sum((-2, -1))  # (...,) padded entries of the plan are exactly 0
+    cost = (plan * torch.as_tensor(M, device=plan.device)).sum((-2, -1))  # (...,) padded entries of the plan are exactly 0
     return (cost, lg) if log else cost

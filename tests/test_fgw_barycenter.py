@@ -37,7 +37,7 @@ def test_fixed_block_pot_stops_after_one_iteration_ours_continues(fixed):
     X1, C1, log1 = ot.gromov.fgw_barycenters(6, Ys, Cs, alpha=0.5, log=True, tol=1e-9, **kw_pot)
     assert len(log1['err_feature']) == 1  # POT 0.9.7's early stop
     kw = dict(fixed_structure=True, init_C=t(C0)) if fixed == 'structure' else dict(fixed_features=True, init_Z=t(X0), init_C=t(C0))
-    Z1, Cb1, lg1 = fgw_barycenter([t(y) for y in Ys], [t(c) for c in Cs], L_b=6, alpha=0.5, warmstart=False, max_iter=1, log=True, **kw)
+    Z1, Cb1, lg1 = fgw_barycenter([t(y) for y in Ys], [t(c) for c in Cs], L_b=6, alpha=0.5, warmstart=False, max_iter=1, log=True, warn=False, **kw)
     np.testing.assert_allclose(Z1.numpy(), X1, atol=1e-8); np.testing.assert_allclose(Cb1.numpy(), C1, atol=1e-8)
     Zn, Cbn, lgn = fgw_barycenter([t(y) for y in Ys], [t(c) for c in Cs], L_b=6, alpha=0.5, log=True, **kw)
     assert lgn['n_iter'] > 1 and lgn['loss'][-1] < lg1['loss'][-1] - 1e-6 and lgn['err'][-1] <= 1e-9
@@ -139,3 +139,57 @@ def test_float32_rollouts():
     Z, Cb, lg = rollout_barycenter(pr.hidden, pr.mask, L_b=8, max_iter=5)
     assert Z.dtype == torch.float32 and torch.isfinite(Z).all() and torch.isfinite(Cb).all()
     assert all(torch.isfinite(P).all() and (P >= 0).all() for P in lg['plans'])
+
+# --- bad input: each used to crash with an unrelated message (IndexError, a shape error deep in fgw) or give a wrong Z
+
+def small_group(seed=0, K=3, d=3):
+    g = torch.Generator().manual_seed(seed)
+    hs = [torch.randn(n, d, generator=g, dtype=torch.float64) for n in (5, 7, 6)[:K]]
+    Cs = [chain_structure(torch.linspace(0, 1, len(h), dtype=torch.float64)) for h in hs]
+    return hs, Cs
+
+@pytest.mark.parametrize('bad, msg', [
+    (lambda hs, Cs: dict(hs=[], Cs=[]), 'no rollouts'),
+    (lambda hs, Cs: dict(hs=hs[:2] + [hs[2][:, :2]], Cs=Cs), 'feature size'),
+    (lambda hs, Cs: dict(hs=hs, Cs=Cs[:2] + [Cs[1]]), 'Cs[2] has shape'),
+    (lambda hs, Cs: dict(hs=hs[:2] + [hs[2][:0]], Cs=Cs[:2] + [Cs[2][:0, :0]]), 'hs[2] is empty'),
+    (lambda hs, Cs: dict(hs=hs[:2] + [hs[2].float()], Cs=Cs), 'dtype mismatch'),
+    (lambda hs, Cs: dict(hs=hs, Cs=Cs, lambdas=[0.5, 0.6, -0.1]), 'lambdas must be non-negative'),
+    (lambda hs, Cs: dict(hs=hs, Cs=Cs, lambdas=[0.5, float('nan'), 0.5]), 'lambdas must be finite'),
+    (lambda hs, Cs: dict(hs=hs, Cs=Cs, lambdas=[0., 0., 0.]), 'lambdas sum to 0'),
+    (lambda hs, Cs: dict(hs=hs, Cs=Cs, lambdas=[0.5, 0.5]), 'lambdas has 2 entries'),
+    (lambda hs, Cs: dict(hs=hs, Cs=Cs, L_b=0), 'L_b must be'),
+    (lambda hs, Cs: dict(hs=hs, Cs=Cs, L_b=4, b=torch.tensor([0.5, 0.5, 0., 0.], dtype=torch.float64)), 'b must be positive'),
+    (lambda hs, Cs: dict(hs=hs, Cs=Cs, ps=[None] * 2), 'ps has 2 entries'),
+])
+def test_bad_barycenter_input(bad, msg):
+    hs, Cs = small_group()
+    kw = {'L_b': 4, **bad(hs, Cs)}
+    with pytest.raises((ValueError, TypeError), match=msg.replace('[', r'\[').replace(']', r'\]')): fgw_barycenter(**kw)
+
+def test_lambdas_are_normalised():
+    "Weights that do not sum to 1 are divided by their sum: the minimiser of sum_i lambda_i FGW_i does not change under scaling."
+    hs, Cs = small_group()
+    lam = [0.2, 0.3, 0.5]
+    Z1, C1, lg1 = fgw_barycenter(hs, Cs, L_b=4, lambdas=lam, log=True)
+    Z2, C2, lg2 = fgw_barycenter(hs, Cs, L_b=4, lambdas=[4 * x for x in lam], log=True)
+    torch.testing.assert_close(Z2, Z1, atol=1e-12, rtol=0); torch.testing.assert_close(C2, C1, atol=1e-12, rtol=0)
+    assert lg2['loss'] == pytest.approx(lg1['loss'], abs=1e-12)
+    Z3 = fgw_barycenter(hs, Cs, L_b=4, lambdas=np.array([1., 1., 1.]))[0]
+    torch.testing.assert_close(Z3, fgw_barycenter(hs, Cs, L_b=4)[0], atol=1e-12, rtol=0)
+
+def test_numpy_inputs():
+    hs, Cs = small_group()
+    Z, C = fgw_barycenter([h.numpy() for h in hs], [c.numpy() for c in Cs], L_b=4, b=np.full(4, 0.25), init_Z=np.zeros((4, 3)))
+    Zt, Ct = fgw_barycenter(hs, Cs, L_b=4)
+    assert isinstance(Z, torch.Tensor); torch.testing.assert_close(Z, Zt, atol=0, rtol=0); torch.testing.assert_close(C, Ct, atol=0, rtol=0)
+
+def test_cap_reported_in_log_and_warning():
+    pr = planted_stage_rollouts(K=4, seed=0)
+    with pytest.warns(UserWarning, match='fgw_barycenter: stopped after 2 outer iterations'):
+        _, _, lg = rollout_barycenter(pr.hidden, pr.mask, L_b=8, max_iter=2)
+    assert lg['n_iter'] == 2 and not lg['converged'] and lg['err'][-1] > 1e-9
+    _, _, lg = rollout_barycenter(pr.hidden, pr.mask, L_b=8, max_iter=2, warn=False)
+    assert not lg['converged']
+    Z, C, lg = fgw_barycenter(*small_group(), L_b=4, log=True)
+    assert lg['converged'] and lg['n_iter'] < 100

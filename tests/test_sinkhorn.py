@@ -64,7 +64,7 @@ def test_per_item_settings_batch_equals_one_by_one(seed, B, omega, warm):
     if warm:
         _, lg0 = sinkhorn_log(a, b, 0.9 * M, 0.05, **kw)
         lu0, lv0 = lg0['log_u'], lg0['log_v'].clone()
-        lv0[-1] += 800.  # this item's warm kernel overflows: it alone takes the exact log-domain iteration 0
+        lv0[-1] += 300.  # this item's warm kernel overflows (e^300 > e^tau): it alone takes the exact log-domain iteration 0
     plan, lg = sinkhorn_log(a, b, M, 0.05, stop_thr=thr, log_u0=lu0, log_v0=lv0, **kw)
     for i in range(B):
         w = {} if not warm else dict(log_u0=lu0[i], log_v0=lv0[i])
@@ -178,7 +178,7 @@ def test_warns_on_non_convergence_and_log_contents():
     (lambda a, b, M: (a - 0.5, b, M), 'non-negative'),
     (lambda a, b, M: (2 * a, b, M), 'normalised'),
     (lambda a, b, M: (a.float(), b, M), 'dtype mismatch'),
-    (lambda a, b, M: (a.numpy(), b, M), 'torch.Tensor'),
+    (lambda a, b, M: (a.tolist(), b, M), 'torch.Tensor or a NumPy array'),
     (lambda a, b, M: (a, b, M[:2]), 'broadcast'),
 ])
 def test_bad_input(bad, msg):
@@ -213,3 +213,81 @@ def test_working_set_shrinks_without_changing_any_item():
             assert int(lg['n_iter_item'][i, j]) == l1['n_iter']
             torch.testing.assert_close(plan[i, j], p1, atol=1e-14, rtol=0)
             torch.testing.assert_close(lg['log_v'][i, j], l1['log_v'], atol=1e-9, rtol=0)
+
+# --- bad input that used to give a crash, a wrong plan marked converged, or a 16-bit "converged" plan far from its marginals
+
+@pytest.mark.parametrize('kw, msg', [(dict(check_every=0), 'check_every'), (dict(check_every=-1), 'check_every'),
+                                     (dict(check_every=2.5), 'check_every'), (dict(num_iter_max=0), 'num_iter_max')])
+def test_bad_iteration_settings(kw, msg):
+    a, b, M = problem(12, 2, 5, 4)
+    with pytest.raises(ValueError, match=msg): sinkhorn_log(a, b, M, 0.1, **kw)
+    with pytest.raises(ValueError, match=msg): sinkhorn_log(a, b, M, 0.1, check_inputs=False, **kw)
+
+def test_empty_support_refused_empty_batch_returns_empty():
+    a, b, M = problem(13, 2, 5, 4)
+    with pytest.raises(ValueError, match='empty problem'): sinkhorn_log(a[:, :0], b, M[:, :0], 0.1)
+    with pytest.raises(ValueError, match='empty problem'): sinkhorn_log(a, b[:, :0], M[..., :0], 0.1)
+    plan, lg = sinkhorn_log(a[:0], b[:0], M[:0], 0.1, log=True)  # no problems at all: an empty batch of plans
+    assert plan.shape == (0, 5, 4) and lg['converged'].shape == (0,) and lg['n_iter'] == 0 and lg['log_u'].shape == (0, 5)
+
+@pytest.mark.parametrize('val', [float('inf'), -float('inf'), float('nan'), 1e300, -1e300])
+@pytest.mark.parametrize('which', ['log_u0', 'log_v0'])
+def test_bad_warm_start_refused(val, which):
+    "A warm start of +inf used to return a plan 0.09 away from the true one, marked converged; now every such start is refused."
+    a, b, M = problem(14, 1, 6, 5)
+    x = torch.zeros(6 if which == 'log_u0' else 5, dtype=torch.float64); x[0, ...] = val
+    for other in (False, True):
+        kw = {which: x[None]}
+        if other: kw['log_v0' if which == 'log_u0' else 'log_u0'] = torch.zeros(1, 5 if which == 'log_u0' else 6, dtype=torch.float64)
+        with pytest.raises(ValueError, match=which): sinkhorn_log(a, b, M, 0.1, **kw)
+
+def test_warm_start_padding_may_be_minus_inf_and_far_starts_still_converge():
+    "The returned log_u has -inf on padding; passing it back is fine. A finite, merely bad start converges to the right plan."
+    a, b, M = problem(15, 2, 6, 5)
+    a[1, 4:] = 0; a[1] /= a[1].sum()
+    ref, lg = sinkhorn_log(a, b, M, 0.1, log=True)
+    assert torch.isinf(lg['log_u'][1, 4:]).all()
+    torch.testing.assert_close(sinkhorn_log(a, b, M, 0.1, log_u0=lg['log_u'], log_v0=lg['log_v']), ref, atol=1e-9, rtol=0)
+    x = torch.zeros(2, 6, dtype=torch.float64); x[:, 0] = 150.  # far from the potentials, within the documented bound
+    plan, lg2 = sinkhorn_log(a, b, M, 0.1, log_u0=x, log=True)
+    assert lg2['converged'].all(); torch.testing.assert_close(plan, ref, atol=1e-9, rtol=0)
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_16bit_costs_are_solved_in_float32(dtype):
+    "bf16 used to stop at a floor of ~0.3: a plan 4e-3 off its column marginal (reg 0.01) counted as converged."
+    a, b, M = problem(16, 3, 12, 7)
+    a, b, M = a.to(dtype), b.to(dtype), M.to(dtype)
+    plan, lg = sinkhorn_log(a, b, M, 0.01, log=True, num_iter_max=20000)
+    assert plan.dtype == dtype and lg['err'].dtype == torch.float32 and lg['converged'].all()
+    a32, b32 = a.float() / a.float().sum(-1, keepdim=True), b.float() / b.float().sum(-1, keepdim=True)  # the documented renormalisation
+    ref = sinkhorn_log(a32.double(), b32.double(), M.double(), 0.01, num_iter_max=20000, warn=False)  # same problem in float64
+    rel = 2. ** -8 if dtype == torch.bfloat16 else 2. ** -11  # the final cast to 16 bits, on top of the float32 solve (~6e-6)
+    assert ((plan.double() - ref).abs() <= rel * ref + 2e-5).all()
+    assert ((plan.double().sum(-2) - b32.double()).abs() <= rel * b32.double() + 2e-5).all()
+    assert (lg['err'] < 1e-5).all()
+
+@pytest.mark.parametrize('reg', [np.float64(0.1), np.float32(0.25), np.array(0.1), torch.tensor(0.1), torch.tensor(0.1, dtype=torch.float64), np.int64(1), 1])
+def test_reg_scalars_accepted(reg):
+    a, b, M = problem(17, 2, 5, 4)
+    torch.testing.assert_close(sinkhorn_log(a, b, M, reg), sinkhorn_log(a, b, M, float(reg)), atol=0, rtol=0)
+    torch.testing.assert_close(sinkhorn_log(a, b, M, reg, check_inputs=False), sinkhorn_log(a, b, M, float(reg)), atol=0, rtol=0)
+
+@pytest.mark.parametrize('reg', [torch.tensor([0.1]), np.array([0.1, 0.2]), True, 'x', None, np.array(-1.), torch.tensor(float('nan')), np.inf, 1j])
+def test_reg_bad_values_refused(reg):
+    a, b, M = problem(18, 1, 3, 3)
+    with pytest.raises(ValueError, match='reg must be'): sinkhorn_log(a, b, M, reg)
+
+def test_numpy_inputs_accepted():
+    a, b, M = problem(19, 2, 5, 4)
+    plan = sinkhorn_log(a.numpy(), b.numpy(), M.numpy(), 0.1)
+    assert isinstance(plan, torch.Tensor) and plan.dtype == torch.float64
+    torch.testing.assert_close(plan, sinkhorn_log(a, b, M, 0.1), atol=0, rtol=0)
+    torch.testing.assert_close(sinkhorn_log(a[0].numpy(), b[0], M[0].numpy(), 0.1), sinkhorn_log(a[0], b[0], M[0], 0.1), atol=0, rtol=0)
+    torch.testing.assert_close(sinkhorn_log2(a.numpy(), b.numpy(), M.numpy(), 0.1), sinkhorn_log2(a, b, M, 0.1), atol=0, rtol=0)
+    with pytest.raises(TypeError, match='dtype mismatch'): sinkhorn_log(a.float().numpy(), b, M, 0.1)
+
+def test_cap_reported_in_log_and_warning():
+    a, b, M = problem(20, 3, 20, 20)
+    with pytest.warns(SinkhornConvergenceWarning, match='3 of 3 problems did not converge in 7 iterations'):
+        _, lg = sinkhorn_log(a, b, M, 0.001, num_iter_max=7, log=True)
+    assert lg['n_iter'] == 7 and (lg['n_iter_item'] == 7).all() and not lg['converged'].any() and (lg['err'] > lg['stop_thr']).all()
