@@ -14,6 +14,8 @@ COMMANDS = {  # subcommand path -> (module, function, one-line help)
     ('train',): ('hara_ref.training', 'train_cli', 'RLVR training of a Qwen3 model: SFT warm-start, then GRPO vs HARA'),
     ('bench', 'ot'): ('hara_ref.complexity', 'bench_ot_cli', 'benchmark: linearized vs exact FGW barycenter, batched Sinkhorn vs POT'),
     ('bench', 'hara'): ('hara_ref.hara', 'bench_hara_cli', 'benchmark: hara_advantages vs its matrix-product lower bound'),
+    ('compare', 'hora'): ('hara_ref.hora', 'compare_hora_cli', 'uniform vs HORA rollout allocation (GRPO, RLOO), compute-matched, over seeds'),
+    ('compare', 'hp-rlvr'): ('hara_ref.hp_rlvr', 'compare_hp_cli', 'GRPO vs HP-RLVR at 1/G and at matched rollouts, over seeds'),
 }
 
 # %% ../nbs/11_cli.ipynb #69db183f

@@ -118,12 +118,12 @@ def verl_advantages(
 def base_advantages(
     rewards, # (B,) rewards
     group_ids, # (B,) group ids
-    method:str='grpo', # 'grpo' | 'drgrpo' | 'dapo'
+    method:str='grpo', # 'grpo' | 'drgrpo' | 'dapo' | 'rloo'
     eps:float=1e-6, # delta for GRPO / DAPO
 ) -> torch.Tensor: # (B,) sequence advantages
-    "Sequence advantages of the base method HARA reweights: GRPO, Dr.GRPO, or DAPO (= GRPO's advantage)."
-    if method not in ('grpo', 'drgrpo', 'dapo'): raise ValueError(f"method must be 'grpo', 'drgrpo' or 'dapo', got {method!r}")
-    return group_advantages(rewards, group_ids, 'drgrpo' if method == 'drgrpo' else 'grpo', eps=eps)
+    "Sequence advantages of the base method HARA reweights: GRPO, Dr.GRPO, DAPO (= GRPO's advantage) or RLOO."
+    if method not in ('grpo', 'drgrpo', 'dapo', 'rloo'): raise ValueError(f"method must be 'grpo', 'drgrpo', 'dapo' or 'rloo', got {method!r}")
+    return group_advantages(rewards, group_ids, method if method in ('drgrpo', 'rloo') else 'grpo', eps=eps)
 
 # %% ../nbs/02_grpo.ipynb #70c259c1
 def token_advantages(

@@ -235,14 +235,14 @@ def evaluate(model, tokenizer, items:list, reward_fn, n_samples:int=4, temperatu
     return dict(pass1=mean_accuracy(c), passk=mean_pass_at_k(c, n_samples), k=n_samples, length=torch.cat(L).mean().item())
 
 # %% ../nbs/10_training.ipynb #63a5090f
-BASE_METHODS = ('grpo', 'drgrpo', 'dapo')
+BASE_METHODS = ('grpo', 'drgrpo', 'dapo', 'rloo', 'hp-rlvr')  # hp-rlvr: one rollout per prompt, hindsight credit (chapter 13)
 REWEIGHTS = ('none', 'hara-seq', 'hara-tok', 'shear', 'entropy', 'position')
-LOSS_AGG = {'grpo': 'seq-mean-token-mean', 'drgrpo': 'seq-mean-token-sum-norm', 'dapo': 'token-mean'}  # verl loss_agg_mode
+LOSS_AGG = {'grpo': 'seq-mean-token-mean', 'drgrpo': 'seq-mean-token-sum-norm', 'dapo': 'token-mean', 'rloo': 'seq-mean-token-mean', 'hp-rlvr': 'seq-mean-token-mean'}  # verl loss_agg_mode
 
 @dataclass
 class TrainConfig:
     "Every knob of a training run (the CLI flags map one to one)."
-    method:str = 'grpo'          # base advantages: 'grpo' | 'drgrpo' | 'dapo'
+    method:str = 'grpo'          # base advantages: 'grpo' | 'drgrpo' | 'dapo' | 'rloo'; or 'hp-rlvr' (chapter 13)
     reweight:str = 'none'        # credit assignment: 'none' | 'hara-seq' | 'hara-tok' | 'shear' | 'entropy' | 'position'
     group_size:int = 8           # G rollouts per prompt (paper: 16)
     prompts_per_step:int = 8     # prompts per RL step
@@ -268,6 +268,8 @@ class TrainConfig:
     eval_samples:int = 4         # n of pass@1 (avg@n) and k of pass@k
     save_every:int = 1           # checkpoint every this many steps (1: a kill loses at most the current step)
     seed:int = 0
+    allocation:str = 'uniform'   # rollouts per prompt: 'uniform' (G each) | 'hora' (first wave, rest by hit utility; chapter 12)
+    first_wave:int = 0           # HORA: first-wave rollouts per prompt (0: max(2, G // 2))
 
 def needs_hidden(cfg:TrainConfig) -> bool: return cfg.reweight in ('hara-seq', 'hara-tok', 'shear')
 
@@ -291,14 +293,20 @@ def token_advantages(cfg:TrainConfig, hidden, mask, rewards, group_ids, entropy)
 def rl_step(model, opt, tokenizer, items:list, cfg:TrainConfig, reward_fn,
             generator:torch.Generator, # drives sampling and minibatch shuffling
             ref_model=None, # frozen start policy, only when cfg.beta > 0
+            memory:dict|None=None, # state kept across steps and checkpoints (HP-RLVR's reward history)
            ) -> dict: # metrics of the step
     "One RLVR step: G rollouts per prompt, rewards, base advantages, optional reweighting, PPO-clip micro-steps."
-    t, t0, G, dev = {}, time.perf_counter(), cfg.group_size, model.device
-    answers = [it['answer'] for it in items for _ in range(G)]
-    group_ids = torch.arange(len(items), device=dev).repeat_interleave(G)  # (B,)
-    pi, pm = encode_prompts(tokenizer, [it['prompt'] for it in items for _ in range(G)], cfg.max_prompt_len, dev)  # (B, P)
-    model.eval()
-    ri, rm = sample(model, pi, pm, cfg.max_new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), cfg.temperature, generator)  # (B, T)
+    if cfg.method == 'hp-rlvr':  # one rollout per prompt, hindsight credit: chapter 13
+        from hara_ref.hp_rlvr import hp_rlvr_step; return hp_rlvr_step(model, opt, tokenizer, items, cfg, reward_fn, generator, ref_model, memory)
+    t, t0, G, dev, info = {}, time.perf_counter(), cfg.group_size, model.device, {}
+    if cfg.allocation == 'hora':  # a first wave, then the rest of the N*G budget by hit utility: chapter 12
+        from hara_ref.hora import hora_rollouts; pi, pm, ri, rm, answers, group_ids, info = hora_rollouts(model, tokenizer, items, cfg, reward_fn, generator)
+    else:
+        answers = [it['answer'] for it in items for _ in range(G)]
+        group_ids = torch.arange(len(items), device=dev).repeat_interleave(G)  # (B,)
+        pi, pm = encode_prompts(tokenizer, [it['prompt'] for it in items for _ in range(G)], cfg.max_prompt_len, dev)  # (B, P)
+        model.eval()
+        ri, rm = sample(model, pi, pm, cfg.max_new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), cfg.temperature, generator)  # (B, T)
     t['gen'] = time.perf_counter() - t0; t0 = time.perf_counter()
     correct = rewards_of(tokenizer, ri, rm, answers, reward_fn)[0].to(dev)  # (B,)
     lengths = rm.sum(1)  # (B,)
@@ -314,7 +322,8 @@ def rl_step(model, opt, tokenizer, items:list, cfg:TrainConfig, reward_fn,
     stats = ppo_update(model, opt, pi, pm, ri, rm, old_logp, A, keep, cfg, generator, ref_logp)
     t['update'] = time.perf_counter() - t0
     m = dict(reward=correct.mean().item(), entropy=masked_mean(entropy, rm).item(), length=lengths.float().mean().item(),
-             zero_std_frac=1 - dynamic_sampling_mask(correct, group_ids).float().mean().item(), **stats, **wstats)
+             zero_std_frac=1 - dynamic_sampling_mask(correct, group_ids).float().mean().item(), **stats, **wstats, **info,
+             hit_frac=(torch.zeros(len(items), device=dev).index_add_(0, group_ids, correct) > 0).float().mean().item())  # prompts with a correct rollout
     return {**m, **{f't_{k}': v for k, v in t.items()}, 't_step': sum(t.values())}
 
 # %% ../nbs/10_training.ipynb #fb6115ee
@@ -330,8 +339,8 @@ def ppo_update(model, opt, pi, pm, ri, rm, old_logp, A, keep, cfg:TrainConfig, g
                                      agg=LOSS_AGG[cfg.method], max_len=cfg.max_new_tokens)
             opt.zero_grad(); loss.backward()
             st['grad_norm'] = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item(); opt.step()
-            stats.append(st)
-    keys = ('clip_frac', 'clip_frac_high', 'clip_frac_low', 'approx_kl', 'grad_norm')
+            st['zero_grad_frac'] = float(st['grad_norm'] == 0.); stats.append(st)
+    keys = ('clip_frac', 'clip_frac_high', 'clip_frac_low', 'approx_kl', 'grad_norm', 'zero_grad_frac')
     return {k: sum(s[k] for s in stats) / len(stats) if stats else 0. for k in keys} | dict(n_updates=len(stats), kept_frac=keep.float().mean().item())
 
 # %% ../nbs/10_training.ipynb #718f30d3
@@ -349,12 +358,12 @@ def read_jsonl(path) -> list:
         except json.JSONDecodeError: pass
     return rows
 
-def save_checkpoint(run_dir, model, tokenizer, opt, step:int, generator, rng:random.Random):
+def save_checkpoint(run_dir, model, tokenizer, opt, step:int, generator, rng:random.Random, memory:dict|None=None):
     "Model, tokenizer and trainer state (step, optimizer, random generators) into `run_dir/ckpt`, atomically."
     run_dir = Path(run_dir); tmp = run_dir / 'ckpt.tmp'
     if tmp.exists(): shutil.rmtree(tmp)
     model.save_pretrained(tmp); tokenizer.save_pretrained(tmp)
-    torch.save(dict(step=step, opt=opt.state_dict(), gen=generator.get_state(), rng=rng.getstate()), tmp / 'trainer.pt')
+    torch.save(dict(step=step, opt=opt.state_dict(), gen=generator.get_state(), rng=rng.getstate(), memory=memory or {}), tmp / 'trainer.pt')
     _replace_dir(tmp, run_dir / 'ckpt')
 
 def load_trainer_state(run_dir) -> dict|None:
@@ -386,6 +395,7 @@ def train_run(cfg:TrainConfig, run_dir, init_path, train_items:list, eval_items:
         opt.load_state_dict(state['opt']); gen.set_state(state['gen']); rng.setstate(state['rng']); step = state['step']
         rows = [r for r in read_jsonl(run_dir / 'metrics.jsonl') if r['step'] <= step and not (r['kind'] == 'eval' and r['step'] == step)]
         (run_dir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    memory = state.get('memory', {}) if state else {}  # state a method keeps across steps (HP-RLVR's reward history)
     import hara_ref.hara  # imported before the first step, so that its import time is not counted as HARA time
     tag = dict(method=cfg.method, reweight=cfg.reweight, seed=cfg.seed)
     bar = _tqdm(total=cfg.steps, initial=step, desc=f"{cfg.method}+{cfg.reweight} s{cfg.seed}", leave=False) if progress is True else None
@@ -395,9 +405,9 @@ def train_run(cfg:TrainConfig, run_dir, init_path, train_items:list, eval_items:
                                                                    cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len)
             append_jsonl(run_dir / 'metrics.jsonl', dict(kind='eval', step=s, **tag, **ev))
         if s == cfg.steps: break
-        m = rl_step(model, opt, tok, rng.sample(train_items, min(cfg.prompts_per_step, len(train_items))), cfg, reward_fn, gen, ref)
+        m = rl_step(model, opt, tok, rng.sample(train_items, min(cfg.prompts_per_step, len(train_items))), cfg, reward_fn, gen, ref, memory)
         append_jsonl(run_dir / 'metrics.jsonl', dict(kind='train', step=s + 1, **tag, **m))
-        if (s + 1) % cfg.save_every == 0 or s + 1 == cfg.steps: save_checkpoint(run_dir, model, tok, opt, s + 1, gen, rng)
+        if (s + 1) % cfg.save_every == 0 or s + 1 == cfg.steps: save_checkpoint(run_dir, model, tok, opt, s + 1, gen, rng, memory)
         if bar is not None: bar.update(1); bar.set_postfix(reward=f"{m['reward']:.2f}", ent=f"{m['entropy']:.3f}")
         elif callable(progress): progress(1)
     if bar is not None: bar.close()
@@ -429,7 +439,10 @@ class ExperimentConfig:
     n_layers:int = 2
     heldout_frac:float = 0.1
 
-def variant_name(method:str, reweight:str) -> str: return method if reweight == 'none' else f"{method}+{reweight}"
+def variant_name(method:str, reweight:str, allocation:str='uniform') -> str:
+    "Run name: method, then '+hora' for HORA allocation, then '+reweight' unless 'none'."
+    m = method if allocation == 'uniform' else f"{method}+{allocation}"
+    return m if reweight == 'none' else f"{m}+{reweight}"
 
 def _set_threads(n:int):
     "Per-process set-up: torch threads, flush denormals, no transformers progress bars (they would drown ours)."
@@ -483,7 +496,7 @@ def run_experiment(ex:ExperimentConfig, cfg:TrainConfig, progress:bool=True) -> 
         model, tok = load_policy(init, ex.device, ex.dtype)
         start_eval = evaluate(model, tok, held, reward_fn, cfg.eval_samples, cfg.temperature, cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len)
         se_path.write_text(json.dumps(start_eval))
-    jobs = [(replace(cfg, reweight=rw, seed=s), out / 'runs' / f"{variant_name(cfg.method, rw)}-s{s}") for rw in ex.reweights for s in ex.seeds]
+    jobs = [(replace(cfg, reweight=rw, seed=s), out / 'runs' / f"{variant_name(cfg.method, rw, cfg.allocation)}-s{s}") for rw in ex.reweights for s in ex.seeds]
     if ex.workers <= 1:
         for c, d in jobs: train_run(c, d, init, train, held, reward_fn, ex.device, ex.dtype, ex.gradient_checkpointing, ex.resume, progress, start_eval)
     else: _run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress)
@@ -599,6 +612,8 @@ def train_parser() -> argparse.ArgumentParser:
     a('--sft-steps', type=int, default=None, help='SFT warm-start steps (default 600 for the built-in model, 0 with --model)')
     a('--hidden-size', type=int, default=96); a('--layers', type=int, default=2)
     a('--sft-shuffle', type=float, default=0.25, help='share of SFT examples with the additions in random order')
+    a('--allocation', default='uniform', choices=('uniform', 'hora'), help='rollouts per prompt: G each, or HORA (a first wave, the rest by hit utility)')
+    a('--first-wave', type=int, default=0, help='HORA: first-wave rollouts per prompt (0: max(2, G/2))')
     a('--workers', type=int, default=None, help='parallel runs (default: 2 on a CPU with >= 2 cores)')
     a('--threads', type=int, default=None, help='torch threads per worker (default: cores / workers)')
     return p
@@ -610,7 +625,13 @@ def configs_from_args(args) -> tuple:
     rws = _csv(args.reweight)
     bad = [r for r in rws if r not in REWEIGHTS]
     if bad or not rws: raise ValueError(f"unknown --reweight {','.join(bad) or args.reweight!r}: use a comma list of {REWEIGHTS}")
-    if args.group_size < 2: raise ValueError(f"--group-size must be >= 2 (group advantages need two rollouts), got {args.group_size}")
+    if args.method == 'hp-rlvr':  # one rollout per prompt, its own token credit, uniform allocation (chapter 13)
+        if rws != ('none',) and args.reweight != train_parser().get_default('reweight'): raise ValueError("--method hp-rlvr has its own token credit: use --reweight none")
+        if args.group_size not in (1, TrainConfig.group_size): raise ValueError(f"--method hp-rlvr samples one rollout per prompt, got --group-size {args.group_size}")
+        if args.allocation != 'uniform': raise ValueError("--allocation hora needs a group-based method, not hp-rlvr")
+        rws, args.group_size = ('none',), 1
+    elif args.group_size < 2: raise ValueError(f"--group-size must be >= 2 (group advantages need two rollouts), got {args.group_size}")
+    if args.first_wave and not 2 <= args.first_wave <= args.group_size: raise ValueError(f"--first-wave must be 0 or in [2, --group-size], got {args.first_wave}")
     for k in ('steps', 'prompts_per_step', 'ppo_epochs', 'minibatches', 'eval_every', 'eval_prompts', 'eval_samples', 'save_every', 'max_new_tokens', 'L_b'):
         if getattr(args, k) < (0 if k == 'steps' else 1): raise ValueError(f"--{k.replace('_', '-')} must be positive, got {getattr(args, k)}")
     try: seeds = _seeds(args.seeds)
@@ -635,7 +656,8 @@ def configs_from_args(args) -> tuple:
                       ppo_epochs=args.ppo_epochs, minibatches=args.minibatches, clip_eps_low=args.clip_eps_low, clip_eps_high=high, beta=args.beta,
                       temperature=args.temperature, max_new_tokens=args.max_new_tokens, max_prompt_len=args.max_prompt_len, alpha=args.alpha,
                       L_b=args.L_b, reg=args.reg, hidden_layer=args.hidden_layer, bary_iters=args.bary_iters, sinkhorn_iters=args.sinkhorn_iters,
-                      eval_every=args.eval_every, eval_prompts=args.eval_prompts, eval_samples=args.eval_samples, save_every=args.save_every)
+                      eval_every=args.eval_every, eval_prompts=args.eval_prompts, eval_samples=args.eval_samples, save_every=args.save_every,
+                      allocation=args.allocation, first_wave=args.first_wave)
     return ex, cfg
 
 # %% ../nbs/10_training.ipynb #95b8c666
@@ -649,7 +671,7 @@ def train_cli(argv:list|None=None) -> int:
         print(f"hara-ref train: error: {e}", file=sys.stderr); return 2
     _set_threads(ex.threads)  # the SFT and the start evaluation run here, at the workers' thread count
     t0 = time.time()
-    print(f"hara-ref train -> {ex.out}  ({variant_name(cfg.method, '|'.join(ex.reweights))}, seeds {list(ex.seeds)}, "
+    print(f"hara-ref train -> {ex.out}  ({variant_name(cfg.method, '|'.join(ex.reweights), cfg.allocation)}, seeds {list(ex.seeds)}, "
           f"G={cfg.group_size}, {cfg.steps} steps, {ex.workers} worker(s) x {ex.threads} thread(s))", flush=True)
     runs = run_experiment(ex, cfg)
     start = json.loads((Path(ex.out) / 'start_eval.json').read_text())

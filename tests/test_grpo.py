@@ -363,7 +363,7 @@ def test_overlong_penalty(Lmax, data):
     (lambda: group_advantages(torch.tensor([1., 0.]), [0, 0], scale='global'), 'scale must be'),
     (lambda: group_advantages(torch.tensor([1., 0.]), [0, 0], eps=-1.), 'eps must be'),
     (lambda: verl_advantages(torch.tensor([1., 0.]), [0, 0], adv_estimator='gae'), 'adv_estimator'),
-    (lambda: base_advantages(torch.tensor([1., 0.]), [0, 0], 'rloo'), 'method must be'),
+    (lambda: base_advantages(torch.tensor([1., 0.]), [0, 0], 'ppo'), 'method must be'),
     (lambda: token_advantages(torch.ones(3), torch.ones(2, 2)), 'need advantages (B,)'),
     (lambda: masked_mean(torch.ones(2, 2), torch.zeros(2, 2)), 'mask is empty'),
     (lambda: aggregate_loss(torch.ones(2, 2), torch.zeros(2, 2), 'token-mean'), 'mask is empty'),
