@@ -127,6 +127,7 @@ def rollout_barycenter(h:torch.Tensor,    # (K, T, d) hidden states (padded)
                        **kwargs           # passed to `fgw_barycenter` (max_iter, tol, warmstart, ...)
                       ) -> tuple:         # (Z (L_b, d), Cb (L_b, L_b), log with 'plans' K x (L_i, L_b))
     "Exact FGW barycenter of a padded group of rollouts, started from the monotone position coupling."
+    h, mask = torch.as_tensor(h), torch.as_tensor(mask)  # NumPy arrays accepted
     if structure not in ('chain', 'free'): raise ValueError(f"structure must be 'chain' or 'free', got {structure!r}")
     K, g = h.shape[0], chain_graph(h, mask, how)
     hs = [g['h'][i][mask[i]] for i in range(K)]; Cs = [g['C'][i][mask[i]][:, mask[i]] for i in range(K)]

@@ -281,7 +281,7 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
                  check_every:int=10,    # check the marginal error every this many iterations
                  warn:bool=True,        # warn (`SinkhornConvergenceWarning`) when some item did not converge
                  log:bool=False,        # also return a dict: n_iter, err, log_u, log_v, converged, n_iter_item, stop_thr
-                 log_u0:torch.Tensor|None=None, # (..., n) optional warm start for $\log u$
+                 log_u0:torch.Tensor|None=None, # (..., n) optional warm start for $\log u$ (finite on real entries, see `check_warm_start`)
                  log_v0:torch.Tensor|None=None, # (..., m) optional warm start for $\log v$ (with `log_u0`: no log-domain pass)
                  omega:float|str=1.,    # over-relaxation $\omega \in [1, 2)$, or 'auto' (set from the observed rate); see below
                  check_inputs:bool=True # validate (and convert) a, b, M and the warm starts; inner loops that did it once pass False

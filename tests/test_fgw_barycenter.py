@@ -183,6 +183,9 @@ def test_numpy_inputs():
     Z, C = fgw_barycenter([h.numpy() for h in hs], [c.numpy() for c in Cs], L_b=4, b=np.full(4, 0.25), init_Z=np.zeros((4, 3)))
     Zt, Ct = fgw_barycenter(hs, Cs, L_b=4)
     assert isinstance(Z, torch.Tensor); torch.testing.assert_close(Z, Zt, atol=0, rtol=0); torch.testing.assert_close(C, Ct, atol=0, rtol=0)
+    pr = planted_stage_rollouts(K=3, seed=1)
+    Zn = rollout_barycenter(pr.hidden.numpy(), pr.mask.numpy(), L_b=6, max_iter=3, warn=False)[0]
+    torch.testing.assert_close(Zn, rollout_barycenter(pr.hidden, pr.mask, L_b=6, max_iter=3, warn=False)[0], atol=0, rtol=0)
 
 def test_cap_reported_in_log_and_warning():
     pr = planted_stage_rollouts(K=4, seed=0)
