@@ -167,11 +167,13 @@ def compare_cli(argv:list, prog:str, variants_of) -> int:
     (Path(ex.out) / 'compare.md').write_text(table + '\n'); print(table); print(f"wall time {time.time() - t0:.0f} s")
     return 0
 
+# %% ../nbs/12_hora.ipynb #7e8f7a00
 def hora_variants(cfg) -> tuple:
     "GRPO and RLOO, each with uniform and HORA allocation, all at N*G rollouts per step: ({name: TrainConfig}, {name: rollouts})."
     v = {f"{m}-{a}": replace(cfg, method=m, reweight='none', allocation=a) for m in ('grpo', 'rloo') for a in ('uniform', 'hora')}
     return v, {k: cfg.prompts_per_step * cfg.group_size for k in v}
 
+# %% ../nbs/12_hora.ipynb #2ea8d5e0
 def compare_hora_cli(argv:list|None=None) -> int:
     "`hara-ref compare hora`: uniform vs HORA allocation for GRPO and RLOO, compute-matched, over seeds."
     return compare_cli(sys.argv[1:] if argv is None else argv, 'hara-ref compare hora', hora_variants)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 # %% auto #0
 __all__ = ['hindsight_weights', 'history_baseline', 'update_history', 'hindsight_credit', 'hindsight_context', 'response_logits',
-           'hp_rlvr_step', 'hp_variants', 'compare_hp_cli']
+           'two_readings', 'hp_rlvr_step', 'hp_variants', 'compare_hp_cli']
 
 # %% ../nbs/13_hp_rlvr.ipynb #89883bc2
 def _check_logits(causal_logits, hindsight_logits, mask) -> torch.Tensor:
@@ -59,6 +59,7 @@ def history_baseline(
     s, n = history.get('sum', {}), history.get('n', {})
     return torch.tensor([s[k] / n[k] if n.get(k) else g for k in keys], dtype=torch.float64)
 
+# %% ../nbs/13_hp_rlvr.ipynb #65a94e71
 def update_history(history:dict, keys:list, rewards) -> dict:
     "Add this step's rewards to the running sums (in place); returns `history`."
     r = torch.as_tensor(rewards, dtype=torch.float64).tolist()
@@ -86,6 +87,7 @@ def hindsight_context(prompt:str, response:str, reward:float) -> str:
     "The text in front of the second reading of `response`: prompt, response, the verifier's verdict, prompt again."
     return f"{prompt}{response}\nverifier: {'correct' if reward > 0.5 else 'wrong'}\n{prompt}"
 
+# %% ../nbs/13_hp_rlvr.ipynb #572cb667
 def response_logits(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torch.Tensor: # (B, T, V) float32 or wider
     "Logits that predict each response token, after left-padded prompts (B, P) and right-padded responses (B, T)."
     ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()  # (B, P+T)
@@ -94,9 +96,30 @@ def response_logits(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torc
     return out.logits[:, :-1].float()  # (B, T, V) column P-1+t predicts response token t
 
 # %% ../nbs/13_hp_rlvr.ipynb #600385c2
+@torch.no_grad()
+def two_readings(model, tokenizer, prompt_ids, prompt_mask, # (B, P) the prompts, left-padded
+                 resp_ids, resp_mask, # (B, T) the sampled responses
+                 prompts:list, texts:list, rewards:list, # (B,) prompt strings, decoded responses, rewards
+                ) -> tuple: # causal logits (B, T, V), hindsight logits (B, T, V)
+    "Score the response tokens under their causal history and under the hindsight context, with the same weights."
+    from hara_ref.training import encode_prompts
+    causal = response_logits(model, prompt_ids, prompt_mask, resp_ids, resp_mask)  # (B, T, V)
+    ctx = [hindsight_context(p, y, x) for p, y, x in zip(prompts, texts, rewards)]
+    hi, hm = encode_prompts(tokenizer, ctx, None, prompt_ids.device)  # (B, P')
+    return causal, response_logits(model, hi, hm, resp_ids, resp_mask)  # (B, T, V) each
+
+# %% ../nbs/13_hp_rlvr.ipynb #738390e7
+def _step_metrics(r, entropy, rm, w, A) -> dict:
+    "What a step logs: chapter 10's keys, with zero credit (r = b) as the zero-std share, plus weight and credit statistics."
+    from hara_ref.training import masked_mean
+    ww, zero = w[rm], (A.abs().sum(1) == 0)  # (tokens,), (B,)
+    return dict(reward=r.mean().item(), entropy=masked_mean(entropy, rm).item(), length=rm.sum(1).float().mean().item(),
+                zero_std_frac=zero.float().mean().item(), hit_frac=r.gt(0.5).float().mean().item(), w_mean=ww.mean().item(),
+                w_std=ww.std().item() if ww.numel() > 1 else 0., w_min=ww.min().item(), w_max=ww.max().item(), credit_abs=A[rm].abs().mean().item())
+
 def hp_rlvr_step(model, opt, tokenizer, items:list, cfg, reward_fn, generator, ref_model=None, memory:dict|None=None) -> dict:
     "One HP-RLVR step: one rollout per prompt, hindsight weights (Eq. 1), historical-baseline credit (Eq. 2), PPO-clip update."
-    from hara_ref.training import encode_prompts, sample, pad_id, rewards_of, policy_forward, ppo_update, masked_mean
+    from hara_ref.training import encode_prompts, sample, pad_id, rewards_of, policy_forward, ppo_update
     from hara_ref.rlvr import token_logprobs
     t, t0, dev = {}, time.perf_counter(), model.device
     prompts = [it['prompt'] for it in items]
@@ -106,11 +129,8 @@ def hp_rlvr_step(model, opt, tokenizer, items:list, cfg, reward_fn, generator, r
     t['gen'] = time.perf_counter() - t0; t0 = time.perf_counter()
     r, texts = rewards_of(tokenizer, ri, rm, [it['answer'] for it in items], reward_fn); r = r.to(dev)  # (B,)
     t['reward'] = time.perf_counter() - t0; t0 = time.perf_counter()
-    with torch.no_grad():
-        causal = response_logits(model, pi, pm, ri, rm)  # (B, T, V)
-        hi, hm = encode_prompts(tokenizer, [hindsight_context(p, y, x) for p, y, x in zip(prompts, texts, r.tolist())], None, dev)  # (B, P')
-        hind = response_logits(model, hi, hm, ri, rm)  # (B, T, V)
-        ref_logp = policy_forward(ref_model, pi, pm, ri, rm)[0] if cfg.beta > 0 else None  # (B, T)
+    causal, hind = two_readings(model, tokenizer, pi, pm, ri, rm, prompts, texts, r.tolist())  # (B, T, V) each
+    with torch.no_grad(): ref_logp = policy_forward(ref_model, pi, pm, ri, rm)[0] if cfg.beta > 0 else None  # (B, T)
     old_logp, lsm = token_logprobs(causal, ri), F.log_softmax(causal, -1)  # (B, T), (B, T, V)
     entropy = -(lsm.exp() * lsm).sum(-1)  # (B, T)
     t['score'] = time.perf_counter() - t0; t0 = time.perf_counter()
@@ -121,11 +141,7 @@ def hp_rlvr_step(model, opt, tokenizer, items:list, cfg, reward_fn, generator, r
     t['hara'] = time.perf_counter() - t0; t0 = time.perf_counter()
     stats = ppo_update(model, opt, pi, pm, ri, rm, old_logp, A.float(), torch.ones_like(r, dtype=torch.bool), cfg, generator, ref_logp)
     t['update'] = time.perf_counter() - t0
-    ww, zero = w[rm], (A.abs().sum(1) == 0)  # (tokens,), (B,)
-    m = dict(reward=r.mean().item(), entropy=masked_mean(entropy, rm).item(), length=rm.sum(1).float().mean().item(), zero_std_frac=zero.float().mean().item(),
-             hit_frac=r.gt(0.5).float().mean().item(), w_mean=ww.mean().item(), w_std=ww.std().item() if ww.numel() > 1 else 0.,
-             w_min=ww.min().item(), w_max=ww.max().item(), credit_abs=A[rm].abs().mean().item(), **stats)
-    return {**m, **{f't_{k}': v for k, v in t.items()}, 't_step': sum(t.values())}
+    return {**_step_metrics(r, entropy, rm, w, A), **stats, **{f't_{k}': v for k, v in t.items()}, 't_step': sum(t.values())}
 
 # %% ../nbs/13_hp_rlvr.ipynb #4bf146b5
 def hp_variants(cfg) -> tuple:
@@ -135,6 +151,7 @@ def hp_variants(cfg) -> tuple:
          f"hp-rlvr-P{N * G}": replace(cfg, method='hp-rlvr', reweight='none', group_size=1, prompts_per_step=N * G)}
     return v, dict(zip(v, (N * G, N, N * G)))
 
+# %% ../nbs/13_hp_rlvr.ipynb #5acae738
 def compare_hp_cli(argv:list|None=None) -> int:
     "`hara-ref compare hp-rlvr`: GRPO vs HP-RLVR at 1/G of its rollouts and at matched rollouts, over seeds."
     import sys
