@@ -22,7 +22,7 @@ COMMANDS = {  # subcommand path -> (module, function, one-line help)
 def _usage() -> str:
     "The top-level help text."
     lines = ["usage: hara-ref COMMAND [ARGS...]", "", "HARA reference implementation: training and benchmarks.", "", "commands:"]
-    lines += [f"  {' '.join(k):<12} {v[2]}" for k, v in COMMANDS.items()]
+    lines += [f"  {' '.join(k):<16} {v[2]}" for k, v in COMMANDS.items()]
     return '\n'.join(lines + ["", "Run `hara-ref COMMAND --help` for the options of one command."])
 
 # %% ../nbs/11_cli.ipynb #080afd45
