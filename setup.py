@@ -12,7 +12,7 @@ setuptools.setup(
     url=cfg['git_url'], packages=setuptools.find_packages(include=[cfg['lib_path'], cfg['lib_path'] + '.*']),
     python_requires='>=' + cfg['min_python'], include_package_data=True, zip_safe=False,
     install_requires=cfg.get('requirements', '').split(),
-    extras_require={'dev': cfg.get('dev_requirements', '').split()},
+    extras_require={'dev': cfg.get('dev_requirements', '').split(), 'trl': cfg.get('trl_requirements', '').split()},
     long_description=open('README.md', encoding='utf-8').read(), long_description_content_type='text/markdown',
     entry_points={'console_scripts': cfg.get('console_scripts', '').split(),
                   'nbdev': [f'{cfg["lib_path"]}={cfg["lib_path"]}._modidx:d']},

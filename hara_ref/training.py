@@ -616,6 +616,7 @@ def train_parser() -> argparse.ArgumentParser:
     a('--first-wave', type=int, default=0, help='HORA: first-wave rollouts per prompt (0: max(2, G/2))')
     a('--workers', type=int, default=None, help='parallel runs (default: 2 on a CPU with >= 2 cores)')
     a('--threads', type=int, default=None, help='torch threads per worker (default: cores / workers)')
+    a('--engine', default='ours', choices=('ours', 'trl'), help="ours: this chapter's trainer; trl: TRL's GRPOTrainer with HARA (hara_ref.trl, chapters 14-15)")
     return p
 
 # %% ../nbs/10_training.ipynb #e4c505a0
@@ -669,6 +670,8 @@ def train_cli(argv:list|None=None) -> int:
     try: ex, cfg = configs_from_args(args)
     except (ValueError, FileNotFoundError) as e:
         print(f"hara-ref train: error: {e}", file=sys.stderr); return 2
+    if args.engine == 'trl':  # the same experiment through TRL (chapters 14-15); TRL is imported only then
+        from hara_ref.trl_train import train_cli_trl; return train_cli_trl(ex, cfg)
     _set_threads(ex.threads)  # the SFT and the start evaluation run here, at the workers' thread count
     t0 = time.time()
     print(f"hara-ref train -> {ex.out}  ({variant_name(cfg.method, '|'.join(ex.reweights), cfg.allocation)}, seeds {list(ex.seeds)}, "

@@ -20,6 +20,6 @@ if ! "$VENV/bin/python" -c "import torch" 2>/dev/null; then
       || pip install -q "torch==2.13.0+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
   fi
 fi
-pip install -q -c constraints.txt -e ".[dev]"
+pip install -q -c constraints.txt -e ".[dev,trl]"
 pip check
 touch "$stamp"
