@@ -197,6 +197,7 @@ def ppo_clip_loss(
     dual_clip:float|None=None, # c > 1 caps the loss of A < 0 tokens at -c A (verl: 3.0); None: off
     ref_logp:torch.Tensor|None=None, # (B, T) log pi_ref, needed when beta > 0
     beta:float=0.0, # KL coefficient (paper: 0)
+    kl_bias_correction:bool=False, # KL term rho * k3 instead of k3 (TRL's use_bias_correction_kl, on by default in TRL 1.16)
     agg:str='seq-mean-token-mean', # aggregation, see AGG_MODES
     max_len:int|None=None, # L_max for 'seq-mean-token-sum-norm'
 ) -> tuple[torch.Tensor, dict]: # (scalar loss, statistics)
@@ -209,7 +210,7 @@ def ppo_clip_loss(
     # -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A) = max(-rho A, -clip(rho) A)
     pg = torch.maximum(-A * ratio, -A * ratio.clamp(1 - clip_eps_low, 1 + clip_eps_high))  # (B, T)
     if dual_clip is not None: pg = torch.where(A < 0, torch.minimum(pg, -A * dual_clip), pg)  # min(l, -c A) for A < 0
-    kl = k3_kl(lp, ref) if ref is not None else None  # (B, T)
+    kl = (k3_kl(lp, ref) * (ratio if kl_bias_correction else 1)) if ref is not None else None  # (B, T) rho k3 or k3
     loss_mat = pg + beta * kl if beta > 0 else pg
     loss = aggregate_loss(loss_mat, m, agg, max_len)
     with torch.no_grad():
