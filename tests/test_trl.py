@@ -157,3 +157,16 @@ def test_engine_trl_refuses_what_it_cannot_do(tmp_path, capsys, extra, msg):
     if 'rloo' in extra and 'rloo' not in BASE_METHODS: pytest.skip('no rloo method in this version of the trainer')
     assert train_cli(['--engine', 'trl', '--out', str(tmp_path / 'r')] + extra) == 2
     assert msg in capsys.readouterr().err and not (tmp_path / 'r' / 'sft').exists()
+
+def test_span_separators_are_step_boundaries():
+    "granularity='span' with span_sep_ids == the oracle with boundaries after each separator token."
+    from hara_ref.hara import step_boundaries
+    g = torch.Generator().manual_seed(1)
+    hidden, ids = torch.randn(8, 10, 8, generator=g), torch.randint(0, 5, (8, 10), generator=g)
+    mask = torch.arange(10) < torch.randint(4, 11, (8,), generator=g)[:, None]
+    rewards, gid, A = torch.tensor([0., 1.] * 4), torch.arange(8) // 4, torch.tensor([-1., 1.] * 4)
+    got, rw = token_advantages(HaraConfig(granularity='span', span_sep_ids=(3,), novelty_kw=NOV), hidden, mask, rewards, gid, A, ids)
+    want, _ = hara_advantages(hidden, mask, rewards, gid, granularity='span', advantages=A, boundaries=step_boundaries(ids == 3), **NOV)
+    assert rw.method == 'hara-span' and (got - want).abs().max() == 0
+    tok, _ = token_advantages(HaraConfig(novelty_kw=NOV), hidden, mask, rewards, gid, A)
+    assert (got - tok).abs().max() > 1e-3  # spans average the token novelty: a different result
