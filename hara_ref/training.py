@@ -261,8 +261,8 @@ class TrainConfig:
     L_b:int = 32                 # HARA: barycenter size
     reg:float = 0.05             # HARA: entropic regulariser
     hidden_layer:int = -1        # hidden_states index for HARA/SHEAR (-1: last layer)
-    bary_iters:int = 5           # HARA: barycenter iterations (CPU budget, ours)
-    sinkhorn_iters:int = 50      # HARA: Sinkhorn iterations per solve (CPU budget, ours)
+    bary_iters:int|None = None   # HARA: cap on barycenter iterations (None: the oracle's converged defaults)
+    sinkhorn_iters:int|None = None # HARA / SHEAR: cap on Sinkhorn iterations per solve (None: their defaults)
     eval_every:int = 10
     eval_prompts:int = 100
     eval_samples:int = 4         # n of pass@1 (avg@n) and k of pass@k
@@ -277,11 +277,11 @@ def needs_hidden(cfg:TrainConfig) -> bool: return cfg.reweight in ('hara-seq', '
 def token_advantages(cfg:TrainConfig, hidden, mask, rewards, group_ids, entropy) -> tuple:
     "Token advantages (B, T) from base advantages and the reweighting `cfg.reweight`, and weight statistics."
     from hara_ref.hara import reweight_advantages
-    kw = {}
+    kw, cap = {}, {} if cfg.sinkhorn_iters is None else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters))
     if cfg.reweight.startswith('hara'):
-        kw = dict(alpha=cfg.alpha, L_b=cfg.L_b, reg=cfg.reg, bary_kw=dict(max_iter=cfg.bary_iters, inner_iter=cfg.sinkhorn_iters, warn=False),
-                  sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters, warn=False))
-    elif cfg.reweight == 'shear': kw = dict(reg=cfg.reg, sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters, warn=False))
+        bk = {} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)
+        kw = dict(alpha=cfg.alpha, L_b=cfg.L_b, reg=cfg.reg, bary_kw={**bk, **({} if cfg.sinkhorn_iters is None else dict(inner_iter=cfg.sinkhorn_iters))}, **cap)
+    elif cfg.reweight == 'shear': kw = dict(reg=cfg.reg, **cap)
     h = hidden.float() if hidden is not None else None
     A, rw = reweight_advantages(cfg.reweight, h, mask, rewards, group_ids, base=cfg.method, logits_entropy=entropy, **kw)  # (B, T)
     sel = mask & (rw.base != 0)[:, None]  # (B, T) tokens whose weight matters
