@@ -108,19 +108,21 @@ def test_rollout_labels_unscorable_rows_get_their_own_group():
     r, gid = rollout_labels(rpf, torch.tensor([1., 2.]), 2)
     assert r.tolist() == [1., 2., 0., 3.] and gid.tolist() == [0, 0, 6, 1]
 
-def test_two_processes_match_one(tiny, tmp_path):
-    "accelerate launch --num_processes 2 (gloo, CPU), 2 rollouts per process so every group of 4 spans both, vs one process of 4."
+@pytest.mark.parametrize('per_process', [2, 4])
+def test_two_processes_match_one(tiny, tmp_path, per_process):
+    """accelerate launch --num_processes 2 (gloo, CPU) vs one process with the same global batch; groups of 4 span both
+    processes (2 rollouts each: the gathered path) or not (4 each: each process alone)."""
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'HF_HUB_OFFLINE': '1', 'PYTHONPATH': str(ROOT)}
     script, one, two = ROOT / 'tests' / 'trl_ddp_run.py', tmp_path / 'one.pt', tmp_path / 'two.pt'
     acc = [str(Path(sys.executable).parent / 'accelerate'), 'launch', '--multi_gpu', '--num_processes', '2', '--num_machines', '1',
            '--mixed_precision', 'no', '--dynamo_backend', 'no', '--main_process_port', '29517']
-    r2 = subprocess.run(acc + [str(script), str(tiny), str(two), '2', '3', 'dapo'], env={**env, 'CUDA_VISIBLE_DEVICES': ''}, capture_output=True, text=True)
+    r2 = subprocess.run(acc + [str(script), str(tiny), str(two), str(per_process), '3', 'dapo'], env={**env, 'CUDA_VISIBLE_DEVICES': ''}, capture_output=True, text=True)
     assert r2.returncode == 0, r2.stderr[-3000:]
-    r1 = subprocess.run([sys.executable, str(script), str(tiny), str(one), '4', '3', 'dapo'], env=env, capture_output=True, text=True)
+    r1 = subprocess.run([sys.executable, str(script), str(tiny), str(one), str(2 * per_process), '3', 'dapo'], env=env, capture_output=True, text=True)
     assert r1.returncode == 0, r1.stderr[-3000:]
     a, b = torch.load(two), torch.load(one)
     assert (a['world'], b['world']) == (2, 1)
-    for x, y in zip(a['adv'], b['adv']):  # (4, T) advantages of each step, rows in global order
+    for x, y in zip(a['adv'], b['adv']):  # (2 per_process, T) advantages of each step, rows in global order
         T = min(x.shape[1], y.shape[1])
         assert (x[:, :T] - y[:, :T]).abs().max() <= 1e-6 and x[:, T:].abs().sum() == 0 and y[:, T:].abs().sum() == 0
     assert len(a['adv']) == 3 and any((x != x[:, :1]).any() for x in a['adv'])  # token-level, not constant rows
