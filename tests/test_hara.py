@@ -17,6 +17,10 @@ SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[Health
 # depend on which other groups share the batch, up to rounding. `group_barycenters` (chapter 06) also stops each outcome group
 # on its own `tol`, so packing is invariant with the defaults too (`test_padding_and_packing_change_nothing_default_tol`).
 EXACT = dict(bary_kw=dict(max_iter=3, tol=0., inner_rtol=0., stop_thr=1e-10, inner_iter=200))
+# Properties that hold at any iterate (bounds, padding) are checked on a short solve: random tiny batches have no
+# structure and the converged barycenter takes hundreds of iterations there (chapter 06), which the default-tolerance
+# and convergence tests below cover.
+SHORT = dict(bary_kw=dict(max_iter=30, tol=1e-3))
 
 @st.composite
 def batches(draw, max_prompts=3, max_k=5, max_T=7, d=3, min_len=1):
@@ -54,7 +58,9 @@ def test_kappa_zero_is_base_exactly(b, base, gi):
 @given(batches(), st.floats(0., 3.), st.floats(0., 1.), st.floats(1., 4.), st.sampled_from(range(3)))
 def test_weights_in_range(b, kappa, w_min, w_max, gi):
     hidden, mask, rewards, gid = b
-    adv, rw = hara_advantages(hidden, mask, rewards, gid, kappa=kappa, w_min=w_min, w_max=w_max, **GRAN[gi])
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # the short solve's cap
+        adv, rw = hara_advantages(hidden, mask, rewards, gid, kappa=kappa, w_min=w_min, w_max=w_max, **GRAN[gi], **SHORT)
     w = rw.weights[mask]
     assert ((w >= w_min) & (w <= w_max)).all() and torch.isfinite(adv).all()
     assert torch.equal(adv, rw.base[:, None] * rw.weights * mask)
@@ -84,8 +90,8 @@ def test_padding_and_packing_change_nothing(b1, b2, extra, gi):
     torch.testing.assert_close(a[len(r1):, :h2.shape[1]], a2, atol=1e-9, rtol=1e-9)
     assert (a[:len(r1), h1.shape[1]:] == 0).all() and (a[len(r1):, h2.shape[1]:] == 0).all()
 
-@SETTINGS
-@given(batches(max_prompts=2), batches(max_prompts=2), st.integers(1, 4), st.sampled_from(range(3)))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches(max_prompts=2, max_k=3, max_T=5), batches(max_prompts=2, max_k=3, max_T=5), st.integers(1, 4), st.sampled_from(range(3)))
 def test_padding_and_packing_change_nothing_default_tol(b1, b2, extra, gi):
     "With the default tolerance-based stopping too: each outcome group stops on its own tol (`group_barycenters`)."
     (h1, m1, r1, g1), (h2, m2, r2, g2) = b1, b2
@@ -149,24 +155,21 @@ def test_deterministic_and_dtypes_agree():
 
 # ---------------------------------------------------------------- the pieces, cross-checked
 def test_contributions_sum_to_entropic_cost_and_match_pot():
+    "Default call: final plans against the returned barycenter; each rollout's token contributions sum to its entropic LFGW (POT, relative 1e-4)."
     ot = pytest.importorskip('ot')
-    hidden, mask, rewards, gid, _, _ = planted_pair()
-    nov = hara_novelty(hidden, mask, rewards, gid, final_plans=True, bary_kw=dict(max_iter=5), sinkhorn_kw=dict(stop_thr=1e-9, num_iter_max=2000))
+    hidden, mask, rewards, gid = _gauss_batch(0)
+    nov = hara_novelty(hidden, mask, rewards, gid)
     from hara_ref.fgw import chain_positions, normalize_features
-    g, k = 0, 1  # one packed rollout
-    i = int(nov.slots[g, k]); L = int(mask[i].sum())
-    h = normalize_features(hidden[i, :L], how='unit')
-    tau = chain_positions(mask[i:i + 1, :L], torch.float64)[0]
-    M = lifted_cost(h, tau, nov.barycenters[g], nov.tau_bar, 0.25)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        P = ot.sinkhorn(np.full(L, 1 / L), np.full(32, 1 / 32), M.numpy(), 0.05, method='sinkhorn_log', stopThr=1e-9, numItermax=2000)
-    c_pot = (P * M.numpy()).sum(1)
-    # entropic OT at eps = 0.05 converges slowly when some supports are far from every token: both solvers stop at a
-    # marginal error of ~1e-7..1e-9 here, so the plans agree to that level, not to machine precision
-    np.testing.assert_allclose(nov.contrib[i, :L].numpy(), c_pot, atol=1e-5)
-    # N_i = sum_t c_t = <P, M>, the LFGW_eps transport term
-    np.testing.assert_allclose(nov.n_seq[i].item(), c_pot.sum(), atol=1e-5)
+    for g, k in ((0, 0), (1, 1), (3, 2)):
+        i = int(nov.slots[g, k]); L = int(mask[i].sum())
+        h = normalize_features(hidden[i, :L], how='unit')
+        tau = chain_positions(mask[i:i + 1, :L], torch.float64)[0]
+        M = lifted_cost(h, tau, nov.barycenters[g], nov.tau_bar, 0.25)
+        P = ot.sinkhorn(np.full(L, 1 / L), np.full(32, 1 / 32), M.numpy(), 0.05, method='sinkhorn_log', stopThr=1e-12, numItermax=20000)
+        lfgw = float((P * M.numpy()).sum())
+        assert abs(nov.contrib[i, :L].sum().item() - lfgw) <= 1e-4 * lfgw
+        np.testing.assert_allclose(nov.contrib[i, :L].numpy(), (P * M.numpy()).sum(1), rtol=1e-3, atol=1e-7)
+        assert abs(nov.n_seq[i].item() - lfgw) <= 1e-4 * lfgw  # N_i = sum_t c_t
 
 def test_relative_novelty_group_mean_is_one():
     hidden, mask, rewards, gid, _, _ = planted_pair()
@@ -241,6 +244,13 @@ def test_reweight_dispatch():
     with pytest.raises(ValueError, match='logits_entropy'): reweight_advantages('entropy', hidden, mask, rewards, gid)
 
 # ---------------------------------------------------------------- bad input
+def _gauss_batch(seed, P=4, K=8, T=64, d=32, dtype=torch.float64):
+    "4 prompts x 8 rollouts of i.i.d. Gaussian hidden states, lengths 20 to 64, random binary rewards."
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(P * K, T, d, generator=g, dtype=dtype)
+    L = torch.randint(20, T + 1, (P * K,), generator=g)
+    return h, torch.arange(T) < L[:, None], (torch.rand(P * K, generator=g) < 0.5).to(dtype), torch.arange(P).repeat_interleave(K)
+
 def _ok():
     g = torch.Generator().manual_seed(0)
     return torch.randn(4, 5, 3, generator=g, dtype=torch.float64), torch.ones(4, 5, dtype=torch.bool), torch.tensor([1., 0., 1., 0.], dtype=torch.float64), torch.zeros(4, dtype=torch.long)
@@ -282,6 +292,7 @@ def test_mismatched_shapes_raise():
     with pytest.raises(ValueError, match='span_len or boundaries'): hara_advantages(h, m, r, g, granularity='span')
     with pytest.raises(ValueError, match='metric'): hara_advantages(h, m, r, g, metric='kl')
     with pytest.raises(ValueError, match='w_min'): hara_advantages(h, m, r, g, w_min=1.5)
+    with pytest.raises(ValueError, match='reference'): hara_advantages(h, m, r, g, reference='median')
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 def test_half_precision_is_upcast(dtype):

@@ -1,0 +1,158 @@
+"Novelty relative to the group, converged defaults, notes and warnings on caps, and bad input in the oracle path (chapter 09)."
+import warnings
+import numpy as np
+import pytest
+import torch
+
+from hara_ref.hara import (hara_advantages, hara_novelty, stage_costs, stage_excess, group_mean, relative_to_group,
+                           outcome_groups, BARY_DEFAULTS, FINAL_SINKHORN)
+from hara_ref.data import planted_stage_rollouts
+
+def gauss_batch(seed, P=4, K=8, T=64, d=32, dtype=torch.float64):
+    "i.i.d. Gaussian hidden states, lengths 20 to 64, random binary rewards: no structure, the slowest barycenters."
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(P * K, T, d, generator=g, dtype=dtype)
+    L = torch.randint(20, T + 1, (P * K,), generator=g)
+    return h, torch.arange(T) < L[:, None], (torch.rand(P * K, generator=g) < 0.5).to(dtype), torch.arange(P).repeat_interleave(K)
+
+def planted_batch(seed, P=4, K=8, d=32, dtype=torch.float64):
+    "P prompts of K planted-stage rollouts (stages skipped and swapped at random), random binary rewards."
+    prs = [planted_stage_rollouts(K=K, n_stages=6, d=d, seed=100 * seed + p, dtype=dtype, p_skip=0.1, p_swap=0.1) for p in range(P)]
+    T = max(pr.mask.shape[1] for pr in prs)
+    h = torch.zeros(P * K, T, d, dtype=dtype); m = torch.zeros(P * K, T, dtype=torch.bool)
+    for p, pr in enumerate(prs): h[p * K:(p + 1) * K, :pr.mask.shape[1]] = pr.hidden; m[p * K:(p + 1) * K, :pr.mask.shape[1]] = pr.mask
+    r = (torch.rand(P * K, generator=torch.Generator().manual_seed(seed)) < 0.5).to(dtype)
+    return h, m, r, torch.arange(P).repeat_interleave(K)
+
+def tighter(f=100.):
+    "The defaults made `f` times tighter (barycenter tolerance, inner and final Sinkhorn tolerances), with room to get there."
+    return dict(bary_kw=dict(tol=BARY_DEFAULTS['tol'] / f, max_iter=50 * BARY_DEFAULTS['max_iter'], inner_iter=10 * BARY_DEFAULTS['inner_iter'], stop_thr=1e-7 / f),
+                sinkhorn_kw=dict(stop_thr=FINAL_SINKHORN['stop_thr'] / f, num_iter_max=10 * FINAL_SINKHORN['num_iter_max']))
+
+# ---------------------------------------------------------------- converged by default
+@pytest.mark.parametrize('make,seed', [(gauss_batch, 0), (planted_batch, 0)])
+def test_default_weights_are_converged(make, seed):
+    "Default call vs a solve 100 times tighter: no token weight moves by more than 1e-3 (2 prompts x 8 rollouts)."
+    h, m, r, g = make(seed, P=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # planted data: the final plans of a few rollouts stop at their cap (a note)
+        _, rw = hara_advantages(h, m, r, g)
+        _, rt = hara_advantages(h, m, r, g, **tighter())
+    assert not any('linearized barycenter' in n for n in rw.notes), rw.notes  # the barycenter itself converged
+    assert float((rw.weights - rt.weights).abs()[m].max()) <= 1e-3
+
+def test_caps_are_noted_and_warned():
+    h, m, r, g = gauss_batch(1)
+    with pytest.warns(RuntimeWarning, match='stopped at max_iter=3'):
+        _, rw = hara_advantages(h, m, r, g, bary_kw=dict(max_iter=3))
+    assert any('max_iter=3' in n for n in rw.notes) and any('max_iter=3' in n for n in rw.novelty.notes)
+    with pytest.warns(RuntimeWarning, match='final plans'):
+        _, rw = hara_advantages(h, m, r, g, sinkhorn_kw=dict(num_iter_max=1, stop_thr=1e-12))
+    assert any('final plans' in n for n in rw.notes)
+
+# ---------------------------------------------------------------- the group reference
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+@pytest.mark.parametrize('gran', ['seq', 'tok', 'span'])
+def test_identical_rollouts_get_weight_one(dtype, gran):
+    pr = planted_stage_rollouts(K=1, n_stages=6, d=16, seed=3, dtype=dtype)
+    h, m = pr.hidden.expand(6, -1, -1), pr.mask.expand(6, -1)
+    r = torch.tensor([1., 1., 1., 0., 0., 0.], dtype=dtype)
+    kw = dict(span_len=3) if gran == 'span' else {}
+    _, rw = hara_advantages(h, m, r, torch.zeros(6, dtype=torch.long), granularity=gran, **kw)
+    torch.testing.assert_close(rw.weights[m], torch.ones(int(m.sum()), dtype=dtype), atol=1e-6, rtol=0)
+    n = rw.novelty.n_tok[0][m[0]]
+    assert float(n.max() / n.min()) > 2  # the token costs themselves vary: the weights are 1 because the group is compared with itself
+    _, old = hara_advantages(h, m, r, torch.zeros(6, dtype=torch.long), granularity=gran, reference='barycenter', **kw)
+    if gran != 'seq': assert float((old.weights - 1).abs()[m].max()) > 0.3  # the barycenter ratio does not have this property
+
+def test_one_changed_span():
+    "Eight copies of a rollout per outcome group; in one copy a whole stage visit is replaced by a novel stage."
+    base = planted_stage_rollouts(K=1, n_stages=6, d=16, seed=0)
+    nov = planted_stage_rollouts(K=1, n_stages=6, d=16, seed=0, substitute=(0, 3))
+    L = int(base.mask[0].sum()); st = base.stages[0, :L]
+    starts = torch.nonzero(torch.diff(st) != 0).flatten() + 1
+    s0, s1 = int(starts[2]), int(starts[3])  # the 4th stage visit
+    novel_tok = nov.hidden[0][nov.stages[0] == 6]
+    K = 8
+    h = base.hidden.repeat(2 * K, 1, 1); span = torch.zeros(2 * K, h.shape[1], dtype=torch.bool)
+    for i in (1, K + 1): h[i, s0:s1] = novel_tok[torch.arange(s1 - s0) % len(novel_tok)]; span[i, s0:s1] = True
+    m = base.mask.expand(2 * K, -1); r = (torch.arange(2 * K) < K).double(); g = torch.zeros(2 * K, dtype=torch.long)
+    _, rw = hara_advantages(h, m, r, g, granularity='tok')
+    w = rw.weights
+    assert (w[1][span[1]] == 2).all() and (w[K + 1][span[K + 1]] == 0.5).all()  # correct novel: largest push; wrong novel: smallest penalty
+    for i in (1, K + 1): assert float((w[i] - 1).abs()[span[i]].min()) > float((w[i] - 1).abs()[m[i] & ~span[i]].mean())
+    copies = [k for k in range(2 * K) if k not in (1, K + 1)]
+    other = (m & ~span[1].expand_as(m))[copies]  # the copies' tokens away from the changed stage
+    assert float((w[copies] - 1).abs()[other].mean()) < 0.1
+
+def test_stage_costs_and_batched_excess_agree():
+    "The batched path (node costs from `group_barycenters`) equals the reference `stage_costs` on the final plans."
+    h, m, r, g = planted_batch(1, P=2)
+    nov = hara_novelty(h, m, r, g)
+    # recompute from the record: lifted costs of every computed rollout to its barycenter
+    from hara_ref.hara import lifted_cost
+    from hara_ref.fgw import chain_positions, normalize_features
+    hn = normalize_features(h, how='unit')
+    gc = torch.where(nov.computed, torch.searchsorted(torch.unique(nov.og[nov.computed]), nov.og), 0)
+    C = lifted_cost(hn, chain_positions(m, torch.float64), nov.barycenters[gc], nov.tau_bar, 0.25) * m[..., None]
+    from hara_ref.linearization import group_barycenters
+    _, info = group_barycenters(h, m, torch.where(nov.computed, gc, -1), final_sinkhorn=dict(FINAL_SINKHORN), **{k: v for k, v in BARY_DEFAULTS.items()})
+    P = info['plans']
+    kap = stage_costs(P, C)
+    e, e_seq = stage_excess(P, kap, m, nov.og, nov.computed)
+    torch.testing.assert_close(e, nov.excess, atol=1e-9, rtol=1e-7)
+    torch.testing.assert_close(e_seq, nov.excess_seq, atol=1e-9, rtol=1e-7)
+    # the sequence level is the mass-weighted mean of the token level, and equals LFGW_i / n̄_g
+    x_tok = relative_to_group(nov.excess, nov.nbar, m); x_seq = relative_to_group(nov.excess_seq, nov.nbar, m)
+    L = m.sum(-1)
+    sel = nov.computed
+    # equal up to the final plans' marginal error (a few of these planted rollouts stop at their cap near 1e-5)
+    torch.testing.assert_close((x_tok.sum(-1) / L)[sel], x_seq[sel], atol=1e-4, rtol=0)
+    torch.testing.assert_close(x_seq[sel], (nov.n_seq / nov.nbar)[sel], atol=1e-4, rtol=0)
+
+def test_group_mean():
+    v = torch.tensor([[1., 2.], [3., 4.], [10., 10.], [5., 6.]])
+    og, member = torch.tensor([0, 0, 0, 1]), torch.tensor([True, True, False, True])
+    torch.testing.assert_close(group_mean(v, og, member), torch.tensor([[2., 3.], [2., 3.], [2., 3.], [5., 6.]]))
+
+# ---------------------------------------------------------------- bad input in the oracle path
+def small():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(4, 6, 3, generator=g, dtype=torch.float64), torch.ones(4, 6, dtype=torch.bool), torch.tensor([1., 0., 1., 0.], dtype=torch.float64), torch.zeros(4, dtype=torch.long)
+
+def test_prompt_ids_beyond_2_53_stay_apart():
+    ids = torch.tensor([2 ** 60, 2 ** 60, 2 ** 60 + 1, 2 ** 60 + 1])
+    og, sizes = outcome_groups(torch.ones(4), ids)
+    assert og.tolist() == [0, 0, 1, 1] and sizes.tolist() == [2, 2]
+    h, m, r, _ = small()
+    a_big, _ = hara_advantages(h, m, torch.tensor([1., 0., 1., 0.], dtype=torch.float64), ids)
+    a_small, _ = hara_advantages(h, m, torch.tensor([1., 0., 1., 0.], dtype=torch.float64), torch.tensor([0, 0, 1, 1]))
+    torch.testing.assert_close(a_big, a_small)
+
+def test_non_binary_rewards_are_grouped_by_exact_value_and_noted():
+    h, m, _, g = small()
+    _, rw = hara_advantages(h, m, torch.tensor([0.5, 0.5, 0.25, 1.], dtype=torch.float64), g)
+    assert any('not binary' in n for n in rw.notes)
+    assert rw.novelty.og.tolist() == [1, 1, 0, 2]
+    _, rw = hara_advantages(h, m, torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64), g)
+    assert any('alone in its outcome group' in n for n in rw.notes) and torch.equal(rw.weights, torch.ones_like(rw.weights))
+
+def test_zero_hidden_states_raise():
+    h, m, r, g = small(); h[1, 2] = 0.
+    with pytest.raises(ValueError, match='all zero on a real token'): hara_advantages(h, m, r, g)
+    h[:] = 0.
+    with pytest.raises(ValueError, match='degenerate'): hara_novelty(h, m, r, g)
+    m[1, 2:] = False; h = torch.randn(4, 6, 3, dtype=torch.float64); h[1, 3] = 0.  # zero on padding is fine
+    assert torch.isfinite(hara_advantages(h, m, r, g)[0]).all()
+
+def test_numpy_inputs_and_scalar_options_are_accepted():
+    h, m, r, g = small()
+    a, _ = hara_advantages(h, m, r, g)
+    a_np, _ = hara_advantages(h.numpy(), m.numpy(), r.numpy(), g.numpy())
+    torch.testing.assert_close(a_np, a)
+    for reg in (np.float64(0.05), np.array(0.05), torch.tensor(0.05)):
+        torch.testing.assert_close(hara_advantages(h, m, r, g, reg=reg)[0], a)
+    torch.testing.assert_close(hara_advantages(h, m, r, g, alpha=np.float32(0.25))[0], a)
+    for bad in (0., -1., float('nan'), float('inf'), 'x', torch.tensor([0.1, 0.2])):
+        with pytest.raises(ValueError, match='reg must be'): hara_advantages(h, m, r, g, reg=bad)
+    with pytest.raises(ValueError, match='alpha must be'): hara_advantages(h, m, r, g, alpha=1.5)
