@@ -11,6 +11,7 @@ from hara_ref.hara import (hara_advantages, hara_novelty, hara_weights, relative
                            position_advantages, reweight_advantages, METHODS, token_entropy, bench_hara_cli, window_starts)
 from hara_ref.grpo import base_advantages
 from hara_ref.data import planted_stage_rollouts
+from test_hara_novelty import gauss_batch as _gauss_batch  # i.i.d. Gaussian rollouts, 4 prompts x 8
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Fixed iteration counts (outer and inner, per-item Sinkhorn stopping in float64): then a rollout's numbers do not
@@ -244,13 +245,6 @@ def test_reweight_dispatch():
     with pytest.raises(ValueError, match='logits_entropy'): reweight_advantages('entropy', hidden, mask, rewards, gid)
 
 # ---------------------------------------------------------------- bad input
-def _gauss_batch(seed, P=4, K=8, T=64, d=32, dtype=torch.float64):
-    "4 prompts x 8 rollouts of i.i.d. Gaussian hidden states, lengths 20 to 64, random binary rewards."
-    g = torch.Generator().manual_seed(seed)
-    h = torch.randn(P * K, T, d, generator=g, dtype=dtype)
-    L = torch.randint(20, T + 1, (P * K,), generator=g)
-    return h, torch.arange(T) < L[:, None], (torch.rand(P * K, generator=g) < 0.5).to(dtype), torch.arange(P).repeat_interleave(K)
-
 def _ok():
     g = torch.Generator().manual_seed(0)
     return torch.randn(4, 5, 3, generator=g, dtype=torch.float64), torch.ones(4, 5, dtype=torch.bool), torch.tensor([1., 0., 1., 0.], dtype=torch.float64), torch.zeros(4, dtype=torch.long)

@@ -11,13 +11,6 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('MPLBACKEND'
 from hara_ref.hora import lgamma_diff, log_miss, hit_utility, log_marginal_gain, allocate, hora_rollouts, hora_variants, compare_hora_cli
 from hara_ref.training import char_tokenizer, tiny_qwen3, TrainConfig, train_cli, read_jsonl, train_parser, configs_from_args
 
-@pytest.fixture(autouse=True)
-def _restore_process_state():
-    "The CLI sets torch threads and flushes denormals for its workers; undo both so later test files see a normal process."
-    n = torch.get_num_threads()
-    yield
-    torch.set_flush_denormal(False); torch.set_num_threads(n)
-
 
 SET = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 counts = st.integers(0, 60)

@@ -13,13 +13,6 @@ from hara_ref.hp_rlvr import (hindsight_weights, history_baseline, update_histor
 from hara_ref.training import (char_tokenizer, tiny_qwen3, TrainConfig, train_cli, read_jsonl, load_trainer_state, train_parser,
                                configs_from_args, rl_step)
 
-@pytest.fixture(autouse=True)
-def _restore_process_state():
-    "The CLI sets torch threads and flushes denormals for its workers; undo both so later test files see a normal process."
-    n = torch.get_num_threads()
-    yield
-    torch.set_flush_denormal(False); torch.set_num_threads(n)
-
 
 SET = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,0 +1,10 @@
+"Shared test set-up."
+import pytest
+import torch
+
+@pytest.fixture(autouse=True)
+def _restore_process_state():
+    "The training CLI sets torch threads and flushes denormals for its workers; undo both so every later test sees a normal process."
+    n = torch.get_num_threads()
+    yield
+    torch.set_flush_denormal(False); torch.set_num_threads(n)
