@@ -386,13 +386,11 @@ def hara_novelty(
         caps = _cap_notes(info, bk, fs)
         for n in caps: warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)
         notes += caps
+        contrib = _embed_contributions(hidden, mask, gc, Z, normalize) if metric == 'embed' else info['token_cost']  # (B, T)
+        nbar = group_mean(contrib.sum(-1), og, computed) * computed  # (B,) the group's mean novelty (mean LFGW for the plan metrics)
         if metric == 'embed':  # no plan: the sequence-level distance, compared with the group's mean
-            contrib = _embed_contributions(hidden, mask, gc, Z, normalize)  # (B, T)
-            nbar = group_mean(contrib.sum(-1), og, computed) * computed  # (B,)
             excess_seq = (contrib.sum(-1) - nbar) * computed; excess = excess_seq[:, None] * mask  # (B,), (B, T)
         else:
-            contrib = info['token_cost']  # (B, T)
-            nbar = group_mean(contrib.sum(-1), og, computed) * computed  # (B,) mean LFGW of the group
             kappa = info['node_cost'] / info['plans'].sum(-2).clamp_min(torch.finfo(hidden.dtype).tiny)  # (B, L_b) = `stage_costs`
             excess, excess_seq = stage_excess(info['plans'], kappa, mask, og, computed)  # (B, T), (B,)
     n_tok = token_novelty(contrib, mask)  # (B, T)

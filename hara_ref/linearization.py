@@ -318,7 +318,7 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
         conv = (dist < tol) | (last < noise) | ~torch.zeros(G, dtype=torch.bool, device=h.device).index_fill_(0, gid[rows], True)  # (G,) empty groups count as converged
     if warn and not conv.all():
         warnings.warn(f"linearized barycenter (group_barycenters): {int((~conv).sum())} of {G} groups not converged in {max_iter} iterations "
-                      f"(largest last change {float(last[~conv].max()):.2e} >= tol {tol:.1e})", stacklevel=2)
+                      f"(largest estimated distance to the fixed point {float(dist[~conv].max()):.2e} >= tol {tol:.1e})", stacklevel=2)
     info = dict(plans=plans, token_cost=tok, node_cost=node, tau_bar=tau_bar, n_iter=int(n_it.max()) if G else 0, n_iter_group=n_it,
                 sinkhorn_iters=int(n_sk.max()) if G else 0, err=errs, converged=bool(conv.all()), converged_group=conv.cpu(),
                 marginal_err=merr, lam=lam)
