@@ -308,7 +308,7 @@ def _computed_rollouts(
 BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=False)  # HARA's `group_barycenters` settings (ours); caps go to notes
 
 # %% ../nbs/09_hara.ipynb #d2cfc5d3
-FINAL_SINKHORN = dict(num_iter_max=5000, stop_thr=1e-6, omega=1.9, warn=False)  # the final plans' Sinkhorn settings (ours)
+FINAL_SINKHORN = dict(num_iter_max=5000, stop_thr=1e-6, warn=False)  # the final plans' solver settings (ours; a cap, never reached by Newton)
 
 # %% ../nbs/09_hara.ipynb #cf78133b
 def _scalar(name:str, v, lo:float, hi:float, open_low:bool=False) -> float:

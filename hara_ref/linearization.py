@@ -8,6 +8,7 @@ import math, warnings
 import torch
 import ot
 from .sinkhorn import sinkhorn_log
+from .newton import semidual_newton
 from .fgw import chain_positions
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
@@ -254,19 +255,24 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
                       tol:float=1e-4,     # a group stops when its estimated distance to the fixed point is below tol (`fixed_point_error`)
                       normalize:str='unit', # feature normalisation (`feature_scales`)
                       stop_thr:float=1e-7, # smallest Sinkhorn marginal tolerance
-                      inner_rtol:float=0.03, # Sinkhorn tolerance relative to the group's last change of Z
-                      inner_iter:int=200,  # most Sinkhorn iterations per barycenter iteration (warm-started)
+                      inner_rtol:float|None=None, # plan tolerance relative to the group's last change of Z (None: 1e-3 for 'newton', 0.03 for 'sinkhorn')
+                      inner_iter:int|None=None, # most solver steps per barycenter iteration, warm-started (None: 50 Newton / 200 Sinkhorn)
                       omega:float|str=1.9, # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
                       check_every:int=5,   # Sinkhorn checks its marginal error every this many iterations
                       final_sinkhorn:dict|None=None, # if given, `sinkhorn_log` keywords for one more solve against the final Z (exact plans)
                       warn:bool=True,     # warn if some group did not converge
-                      anderson:int=0      # Anderson memory m of the outer fixed point (0: plain iteration, the reference), see above
+                      anderson:int=0,     # Anderson memory m of the outer fixed point (0: plain iteration, the reference), see above
+                      solver:str='newton' # entropic plans by 'newton' (chapter 03a's `semidual_newton`) or 'sinkhorn' (chapter 03's `sinkhorn_log`)
                      ) -> tuple:          # Z (G, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
-    "Linearized FGW barycenter of every group of rollouts, all groups at once: per-rollout products, one batched Sinkhorn, per-group stopping."
+    "Linearized FGW barycenter of every group of rollouts, all groups at once: per-rollout products, one batched OT solve, per-group stopping."
     if not isinstance(h, torch.Tensor) or not h.is_floating_point() or h.ndim != 3: raise TypeError(f"h must be a floating (N, T, d) tensor, got {getattr(h, 'dtype', type(h))} {tuple(getattr(h, 'shape', ()))}")
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != h.shape[:-1]: raise ValueError(f"mask must be bool of shape {tuple(h.shape[:-1])}")
     if not isinstance(group, torch.Tensor) or group.shape != h.shape[:1] or group.is_floating_point(): raise ValueError(f"group must be an integer tensor of shape ({h.shape[0]},)")
     if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if solver not in ('newton', 'sinkhorn'): raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
+    newton = solver == 'newton'
+    inner_rtol = (1e-3 if newton else 0.03) if inner_rtol is None else inner_rtol
+    inner_iter = (50 if newton else 200) if inner_iter is None else inner_iter
     group = group.long()
     G = int(group.max()) + 1 if n_groups is None and group.numel() else int(n_groups or 0)
     if group.numel() and int(group.max()) >= G: raise ValueError(f"group ids must be < n_groups = {G}, got {int(group.max())}")
@@ -296,9 +302,11 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
             if r.numel() == 0: break
             full = len(r) == N  # every rollout: results replace the buffers, no scatter
             M = _rollout_costs(h, s, hh, pos, mask, Z, gid, r, ends, alpha)  # (A, T, L_b)
-            P, lg = sinkhorn_log(a[r], b, M, reg, num_iter_max=inner_iter, stop_thr=(inner_rtol * last[gid[r]]).clamp(min=stop_thr),
-                                 check_every=check_every, warn=False, log=True, log_u0=log_u[r] if it else None,
-                                 log_v0=log_v[r] if it else None, omega=omega, check_inputs=it == 0)  # (A, T, L_b) one call, per-item tolerances
+            thr = (inner_rtol * last[gid[r]]).clamp(min=stop_thr)  # (A,) per-problem tolerances
+            if newton: P, lg = semidual_newton(a[r], b, M, reg, num_iter_max=inner_iter, stop_thr=thr, warn=False, log=True,
+                                               log_v0=log_v[r] if it else None, check_inputs=it == 0)  # (A, T, L_b) one call
+            else: P, lg = sinkhorn_log(a[r], b, M, reg, num_iter_max=inner_iter, stop_thr=thr, check_every=check_every, warn=False, log=True,
+                                       log_u0=log_u[r] if it else None, log_v0=log_v[r] if it else None, omega=omega, check_inputs=it == 0)
             PM = P * M  # (A, T, L_b)
             if full: plans, tok, node = P, PM.sum(-1), PM.sum(-2)
             else: plans[r], tok[r], node[r] = P, PM.sum(-1), PM.sum(-2)  # (A, T, L_b), (A, T), (A, L_b)
@@ -312,7 +320,8 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
             live[g[(dist[g] < tol) | (change < noise)]] = False  # converged groups (or at rounding level) are frozen: Z, plans, potentials
         if final_sinkhorn is not None and rows.numel():  # one more solve against the final Z: exact plans of hara-math §6
             M = _rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha)  # (R, T, L_b)
-            P, lg = sinkhorn_log(a[rows], b, M, reg, log=True, **{'warn': False, **final_sinkhorn})
+            if newton: P, lg = semidual_newton(a[rows], b, M, reg, log=True, **{'warn': False, 'log_v0': log_v[rows], **final_sinkhorn})  # warm
+            else: P, lg = sinkhorn_log(a[rows], b, M, reg, log=True, **{'warn': False, 'omega': omega, 'check_every': check_every, **final_sinkhorn})
             PM = P * M  # (R, T, L_b)
             plans[rows], tok[rows], node[rows], merr[rows] = P, PM.sum(-1), PM.sum(-2), lg['err']
         conv = (dist < tol) | (last < noise) | ~torch.zeros(G, dtype=torch.bool, device=h.device).index_fill_(0, gid[rows], True)  # (G,) empty groups count as converged
@@ -338,13 +347,14 @@ def linearized_barycenter(h:torch.Tensor,     # (..., K, T, d) hidden states of 
                           normalize:str='unit', # feature normalisation (`normalize_features`)
                           weights:torch.Tensor|None=None, # (..., K) rollout weights (default uniform over present)
                           stop_thr:float=1e-7, # smallest Sinkhorn marginal tolerance
-                          inner_rtol:float=0.03, # Sinkhorn tolerance relative to the last change of Z
-                          inner_iter:int=200,  # most Sinkhorn iterations per barycenter iteration (warm-started)
+                          inner_rtol:float|None=None, # plan tolerance relative to the last change of Z (None: the solver's default)
+                          inner_iter:int|None=None, # most solver steps per barycenter iteration (None: the solver's default)
                           omega:float|str=1.9, # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
                           check_every:int=5,   # Sinkhorn checks its marginal error every this many iterations
                           final_sinkhorn:dict|None=None, # `sinkhorn_log` keywords for one more solve against the final Z (exact plans)
                           warn:bool=True,     # warn if not converged
-                          anderson:int=0      # Anderson memory of the outer fixed point (0: plain iteration)
+                          anderson:int=0,     # Anderson memory of the outer fixed point (0: plain iteration)
+                          solver:str='newton' # 'newton' (`semidual_newton`) or 'sinkhorn' (`sinkhorn_log`)
                          ) -> tuple:          # Z (..., L_b, d) and info dict
     "Linearized FGW barycenter (Lemma 3.1): free-support $W_2$ barycenter of lifted rollouts, $\\bar\\tau$ fixed on the chain; leading dims = groups."
     lam = check_barycenter_inputs(h, mask, weights)  # (..., K)
@@ -352,7 +362,7 @@ def linearized_barycenter(h:torch.Tensor,     # (..., K, T, d) hidden states of 
     n = math.prod(batch)
     group = torch.arange(n, device=h.device).repeat_interleave(K)  # (n K,) rollout -> its group
     Z, info = group_barycenters(h.reshape(-1, T, d), mask.reshape(-1, T), group, n, lam.reshape(-1), alpha, L_b, reg, max_iter, tol,
-                                normalize, stop_thr, inner_rtol, inner_iter, omega, check_every, final_sinkhorn, warn, anderson)
+                                normalize, stop_thr, inner_rtol, inner_iter, omega, check_every, final_sinkhorn, warn, anderson, solver)
     for k, shape in (('plans', (K, T, L_b)), ('token_cost', (K, T)), ('node_cost', (K, L_b)), ('marginal_err', (K,)), ('lam', (K,)), ('n_iter_group', ()), ('converged_group', ())):
         info[k] = info[k].reshape(tuple(batch) + shape)  # back to the grouped layout (views)
     return Z.reshape(*batch, L_b, d), info
