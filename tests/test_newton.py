@@ -6,20 +6,9 @@ from hara_ref.newton import semidual_newton, semidual_reference, semidual_point,
 from hara_ref.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
 from hara_ref.data import planted_stage_rollouts
 
+from test_sinkhorn import problem, one_thread  # the same random problems; one torch thread (autouse fixture)
+
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads(); torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-def problem(seed, B, n, m, dtype=torch.float64, scale=1.):
-    "Random batched problem with Dirichlet weights and costs in [0, 2*scale]."
-    rng = np.random.default_rng(seed)
-    a = torch.tensor(rng.dirichlet(np.ones(n), size=B), dtype=dtype)
-    b = torch.tensor(rng.dirichlet(np.ones(m), size=B), dtype=dtype)
-    return a, b, torch.tensor(2 * scale * rng.random((B, n, m)), dtype=dtype)
 
 def planted(K=3, L=96, m=16, seed=0):
     "Block-structured costs: unit-norm planted rollouts to m of their own tokens, plus a small position term."
