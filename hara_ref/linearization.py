@@ -259,7 +259,7 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
                       inner_iter:int|None=None, # most solver steps per barycenter iteration, warm-started (None: 50 Newton / 200 Sinkhorn)
                       omega:float|str=1.9, # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
                       check_every:int=5,   # Sinkhorn checks its marginal error every this many iterations
-                      final_sinkhorn:dict|None=None, # if given, `sinkhorn_log` keywords for one more solve against the final Z (exact plans)
+                      final_sinkhorn:dict|None=None, # if given, keywords of `solver`'s function for one more solve against the final Z (exact plans)
                       warn:bool=True,     # warn if some group did not converge
                       anderson:int=0,     # Anderson memory m of the outer fixed point (0: plain iteration, the reference), see above
                       solver:str='newton' # entropic plans by 'newton' (chapter 03a's `semidual_newton`) or 'sinkhorn' (chapter 03's `sinkhorn_log`)
@@ -351,7 +351,7 @@ def linearized_barycenter(h:torch.Tensor,     # (..., K, T, d) hidden states of 
                           inner_iter:int|None=None, # most solver steps per barycenter iteration (None: the solver's default)
                           omega:float|str=1.9, # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
                           check_every:int=5,   # Sinkhorn checks its marginal error every this many iterations
-                          final_sinkhorn:dict|None=None, # `sinkhorn_log` keywords for one more solve against the final Z (exact plans)
+                          final_sinkhorn:dict|None=None, # keywords of `solver`'s function for one more solve against the final Z (exact plans)
                           warn:bool=True,     # warn if not converged
                           anderson:int=0,     # Anderson memory of the outer fixed point (0: plain iteration)
                           solver:str='newton' # 'newton' (`semidual_newton`) or 'sinkhorn' (`sinkhorn_log`)

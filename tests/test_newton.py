@@ -6,7 +6,7 @@ from hara_ref.newton import semidual_newton, semidual_reference, semidual_point,
 from hara_ref.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
 from hara_ref.data import planted_stage_rollouts
 
-from test_sinkhorn import problem, one_thread  # the same random problems; one torch thread (autouse fixture)
+from test_sinkhorn import problem, ragged_problem, one_thread  # the same random problems; one torch thread (autouse fixture)
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -52,12 +52,7 @@ def test_planted_where_sinkhorn_crawls():
 @given(seed=st.integers(0, 10**6), lens=st.lists(st.integers(1, 15), min_size=1, max_size=4), mlens=st.lists(st.integers(1, 8), min_size=4, max_size=4))
 def test_padding_changes_nothing_not_even_the_steps(seed, lens, mlens):
     "Padding rows and columns: the same plan, exact zeros, and the same number of Newton steps as the unpadded problem."
-    B, n, m = len(lens), max(lens), max(mlens[:len(lens)])
-    rng = np.random.default_rng(seed)
-    a, b = torch.zeros(B, n, dtype=torch.float64), torch.zeros(B, m, dtype=torch.float64)
-    M = torch.tensor(rng.random((B, n, m)), dtype=torch.float64)
-    for i, (L, Lm) in enumerate(zip(lens, mlens)):
-        a[i, :L] = torch.tensor(rng.dirichlet(np.ones(L))); b[i, :Lm] = torch.tensor(rng.dirichlet(np.ones(Lm)))
+    a, b, M = ragged_problem(seed, lens, mlens)
     plan, lg = semidual_newton(a, b, M, 0.05, stop_thr=1e-11, log=True)
     for i, (L, Lm) in enumerate(zip(lens, mlens)):
         single, l1 = semidual_newton(a[i, :L], b[i, :Lm], M[i, :L, :Lm], 0.05, stop_thr=1e-11, log=True)

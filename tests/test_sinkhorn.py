@@ -21,6 +21,16 @@ def problem(seed, B, n, m, dtype=torch.float64, scale=1.):
     M = torch.tensor(2 * scale * rng.random((B, n, m)), dtype=dtype)
     return a, b, M
 
+def ragged_problem(seed, lens, mlens):
+    "A batch of problems with L real rows and Lm real columns each (Dirichlet weights, zero padding), costs in [0, 1]."
+    B, n, m = len(lens), max(lens), max(mlens[:len(lens)])
+    rng = np.random.default_rng(seed)
+    a, b = torch.zeros(B, n, dtype=torch.float64), torch.zeros(B, m, dtype=torch.float64)
+    M = torch.tensor(rng.random((B, n, m)), dtype=torch.float64)
+    for i, (L, Lm) in enumerate(zip(lens, mlens)):
+        a[i, :L] = torch.tensor(rng.dirichlet(np.ones(L))); b[i, :Lm] = torch.tensor(rng.dirichlet(np.ones(Lm)))
+    return a, b, M
+
 @SETTINGS
 @given(seed=st.integers(0, 10**6), B=st.integers(1, 3), n=st.integers(1, 20), m=st.integers(1, 20),
        reg=st.sampled_from([0.05, 0.1, 0.5]))
@@ -39,12 +49,7 @@ def test_plan_properties_and_pot(seed, B, n, m, reg):
 @given(seed=st.integers(0, 10**6), lens=st.lists(st.integers(1, 15), min_size=1, max_size=4),
        mlens=st.lists(st.integers(1, 8), min_size=4, max_size=4))
 def test_ragged_batch_equals_one_by_one(seed, lens, mlens):
-    B, n, m = len(lens), max(lens), max(mlens[:len(lens)])
-    rng = np.random.default_rng(seed)
-    a, b = torch.zeros(B, n, dtype=torch.float64), torch.zeros(B, m, dtype=torch.float64)
-    M = torch.tensor(rng.random((B, n, m)), dtype=torch.float64)
-    for i, (L, Lm) in enumerate(zip(lens, mlens)):
-        a[i, :L] = torch.tensor(rng.dirichlet(np.ones(L))); b[i, :Lm] = torch.tensor(rng.dirichlet(np.ones(Lm)))
+    a, b, M = ragged_problem(seed, lens, mlens)
     plan = sinkhorn_log(a, b, M, 0.1, num_iter_max=5000)
     for i, (L, Lm) in enumerate(zip(lens, mlens)):
         single = sinkhorn_log(a[i, :L], b[i, :Lm], M[i, :L, :Lm], 0.1, num_iter_max=5000)
