@@ -11,16 +11,17 @@ import torch
 from .grpo import base_advantages
 from .sinkhorn import sinkhorn_log
 from .fgw_barycenter import sq_dists
-from .linearization import group_barycenters, feature_scales
+from .fgw import chain_positions
+from .linearization import group_barycenters, feature_scales, rollout_costs, linear_cost, chain_tau_bar
 
 # %% auto #0
 __all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'SHEAR_SINKHORN', 'METHODS', 'check_rollouts', 'outcome_groups', 'pack_slots',
            'lifted_cost', 'token_contributions', 'token_novelty', 'sequence_novelty', 'step_boundaries', 'span_ids',
-           'span_novelty', 'relative_novelty', 'stage_costs', 'group_mean', 'stage_excess', 'relative_to_group',
-           'hara_weights', 'apply_weights', 'Novelty', 'hara_novelty', 'Reweighting', 'base_or_given',
-           'hara_advantages', 'window_starts', 'shear_weights', 'token_entropy', 'entropy_weights', 'position_weights',
-           'shear_advantages', 'entropy_advantages', 'position_advantages', 'reweight_advantages', 'bench_batch',
-           'bench_hara', 'bench_hara_cli']
+           'span_novelty', 'relative_novelty', 'local_assignment', 'stage_versions', 'group_median', 'version_excess',
+           'group_mean', 'relative_to_group', 'hara_weights', 'apply_weights', 'Novelty', 'stage_novelty',
+           'hara_novelty', 'Reweighting', 'base_or_given', 'hara_advantages', 'window_starts', 'shear_weights',
+           'token_entropy', 'entropy_weights', 'position_weights', 'shear_advantages', 'entropy_advantages',
+           'position_advantages', 'reweight_advantages', 'bench_batch', 'bench_hara', 'bench_hara_cli']
 
 # %% ../nbs/09_hara.ipynb #e5fa9479
 def check_rollouts(
@@ -189,14 +190,54 @@ def relative_novelty(
     nbar = nbar[:, None] if n.ndim == 2 else nbar
     return torch.where(nbar > 0, n / nbar.clamp(min=torch.finfo(n.dtype).tiny), torch.ones_like(n))
 
-# %% ../nbs/09_hara.ipynb #9d50dffc
-def stage_costs(
-    plan:torch.Tensor, # (..., T, L_b) plan T_i to the barycenter (zero rows on padding)
-    cost:torch.Tensor, # (..., T, L_b) lifted cost Ĉ_i
+# %% ../nbs/09_hara.ipynb #25eb1e75
+def local_assignment(
+    cost:torch.Tensor, # (..., T, L_b) lifted cost Ĉ_i of each token to each barycenter node
+    mask:torch.Tensor, # (..., T) bool, True on real tokens
+    reg:float=0.05, # entropic ε, as in the plans
 ) -> torch.Tensor:
-    "Stage costs κ_{i,j} = Σ_t T[t,j] Ĉ[t,j] / Σ_t T[t,j]: mean cost of the mass sent to node j, shape (..., L_b)."
-    mass = plan.sum(-2)  # (..., L_b) column mass, b_j at exact marginals
-    return (plan * cost).sum(-2) / mass.clamp_min(torch.finfo(plan.dtype).tiny)  # (..., L_b)
+    "Semi-relaxed entropic plan q[t,j] = a_t softmax_j(-Ĉ[t,j]/ε): every token placed on the nodes by itself (rows a_t = 1/L, no column constraint); (..., T, L_b)."
+    a = mask.to(cost.dtype) / mask.sum(-1, keepdim=True).clamp(min=1)  # (..., T)
+    return torch.softmax(-cost / reg, -1) * a.unsqueeze(-1)  # (..., T, L_b)
+
+# %% ../nbs/09_hara.ipynb #caa5d446
+def stage_versions(
+    q:torch.Tensor, # (..., T, L_b) assignment of tokens to nodes (zero rows on padding)
+    phi:torch.Tensor, # (..., T, D) lifted tokens φ_t = (√(1-α) h_t, √(2α) τ_t)
+) -> torch.Tensor:
+    "Each node's version y_j = Σ_t q[t,j] φ_t / Σ_t q[t,j], the barycentric projection (nan where a node gets no mass); (..., L_b, D)."
+    return (q.transpose(-1, -2) @ phi) / q.sum(-2).unsqueeze(-1)  # (..., L_b, D)
+
+# %% ../nbs/09_hara.ipynb #8a13c849
+def group_median(
+    v:torch.Tensor, # (B, ...) one value (or array) per rollout; nan = missing
+    og:torch.Tensor, # (B,) outcome group of each rollout
+    member:torch.Tensor, # (B,) bool, rollouts that count
+) -> torch.Tensor:
+    "Entrywise median of `v` over the members of each rollout's group (even count: mean of the two middle values; nan skipped), per rollout, shape of v; 0 for non-members."
+    slots, out = pack_slots(og, member), torch.zeros_like(v)  # (G', K) members of each group, -1 = none
+    if slots.numel() == 0: return out
+    here = (slots >= 0).reshape(*slots.shape, *[1] * (v.ndim - 1))  # (G', K, 1, ...)
+    vals = torch.where(here, v[slots.clamp(min=0)], torch.nan)  # (G', K, ...)
+    n = (~vals.isnan()).sum(1, keepdim=True)  # (G', 1, ...) values present
+    vals = vals.sort(1).values  # nan sorts last
+    lo, hi = vals.gather(1, ((n - 1) // 2).clamp(min=0)), vals.gather(1, (n // 2).clamp(max=vals.shape[1] - 1))  # (G', 1, ...)
+    med = torch.where(n > 0, (lo + hi) / 2, torch.nan).squeeze(1)  # (G', ...)
+    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=len(med) - 1)  # (B,) each rollout's group among the G'
+    return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med[gi], out)
+
+# %% ../nbs/09_hara.ipynb #473b3b86
+def version_excess(
+    q:torch.Tensor, # (B, T, L_b) local assignments (`local_assignment`)
+    y:torch.Tensor, # (B, L_b, D) each rollout's stage versions
+    y_ref:torch.Tensor, # (B, L_b, D) its group's versions (`group_median`)
+    mask:torch.Tensor, # (B, T) bool
+) -> tuple:
+    "Stage novelty ν[i,j] = ‖y[i,j] - ȳ[g,j]‖² (B, L_b), token excess e[i,t] = Σ_j (q[t,j]/a_t) ν[i,j] (B, T), sequence excess Σ_j (Σ_t q[t,j]) ν[i,j] (B,)."
+    nu = torch.nan_to_num(((y - y_ref) ** 2).sum(-1), nan=0.)  # (B, L_b); a node without mass carries nothing
+    a = q.sum(-1)  # (B, T) a_t on real tokens
+    e = (q @ nu.unsqueeze(-1)).squeeze(-1) / a.clamp_min(torch.finfo(q.dtype).tiny) * mask  # (B, T)
+    return nu, e, (q.sum(-2) * nu).sum(-1)  # (B, L_b), (B, T), (B,)
 
 # %% ../nbs/09_hara.ipynb #7c044252
 def group_mean(
@@ -210,20 +251,6 @@ def group_mean(
     tot = v.new_zeros(G, *v.shape[1:]).index_add_(0, og, v * w)  # (G, ...)
     cnt = v.new_zeros(G).index_add_(0, og, member.to(v.dtype)).clamp(min=1)  # (G,)
     return (tot / cnt.reshape(-1, *[1] * (v.ndim - 1)))[og]  # (B, ...)
-
-# %% ../nbs/09_hara.ipynb #ea965e0a
-def stage_excess(
-    plans:torch.Tensor, # (B, T, L_b) plans of every rollout to its group's barycenter (0 for rollouts not computed)
-    kappa:torch.Tensor, # (B, L_b) stage costs κ_{i,j}
-    mask:torch.Tensor, # (B, T) bool
-    og:torch.Tensor, # (B,) outcome groups
-    computed:torch.Tensor, # (B,) bool, rollouts with a barycenter
-) -> tuple:
-    "Token excess over the group e_{i,t} = Σ_j (T_i[t,j]/a_{i,t}) δ_{i,j} (B, T), and its sequence mean Σ_j (Σ_t T_i[t,j]) δ_{i,j} (B,)."
-    delta = (kappa - group_mean(kappa, og, computed)) * computed.unsqueeze(-1)  # (B, L_b) δ_{i,j}
-    row = plans.sum(-1)  # (B, T) a_{i,t} = 1/L_i on real tokens
-    e = (plans @ delta.unsqueeze(-1)).squeeze(-1) / row.clamp_min(torch.finfo(plans.dtype).tiny) * mask  # (B, T)
-    return e, (plans.sum(-2) * delta).sum(-1)  # (B, T), (B,)
 
 # %% ../nbs/09_hara.ipynb #ba16c6dd
 def relative_to_group(
@@ -281,9 +308,10 @@ class Novelty:
     metric: str = 'fgw'
     notes: list = field(default_factory=list)
     bary_iters_group: torch.Tensor|None = None # (G',) barycenter iterations of each computed group
-    excess: torch.Tensor|None = None   # (B, T) token excess over the group at its stages e_{i,t} (0 if not computed)
-    excess_seq: torch.Tensor|None = None # (B,) sequence excess Σ_j (Σ_t T_i[t,j]) δ_{i,j}
+    excess: torch.Tensor|None = None   # (B, T) token excess over the group e_{i,t} (`version_excess`; 0 if not computed)
+    excess_seq: torch.Tensor|None = None # (B,) sequence excess Σ_j m_{i,j} ν_{i,j}
     nbar: torch.Tensor|None = None     # (B,) the group's mean novelty n̄_g (mean LFGW over the group), 0 if not computed
+    stage_nov: torch.Tensor|None = None # (B, L_b) stage novelty ν_{i,j} = ‖y_{i,j} - ȳ_{g,j}‖² (0 if not computed)
 
     @property
     def bary_sizes(self) -> torch.Tensor:
@@ -345,6 +373,33 @@ def _cap_notes(info:dict, bary_kw:dict, final_kw:dict|None) -> list:
                      f"above stop_thr={final_kw['stop_thr']:.0e} (largest marginal error {float(info['marginal_err'].max()):.1e})")
     return notes
 
+# %% ../nbs/09_hara.ipynb #430ea7bf
+def stage_novelty(
+    hidden:torch.Tensor, # (B, T, d) hidden states (checked)
+    mask:torch.Tensor, # (B, T) bool, a prefix of each row
+    gc:torch.Tensor, # (B,) computed group of each rollout in [0, G'), -1 = not computed
+    Z:torch.Tensor, # (G', L_b, d) barycenter supports
+    og:torch.Tensor, # (B,) outcome group of each rollout (whose median)
+    alpha:float=0.25, reg:float=0.05, normalize:str='unit', # as the barycenter was computed
+) -> tuple:
+    "`local_assignment` → `stage_versions` → `group_median` → `version_excess` for the computed rollouts: ν (B, L_b), e (B, T), sequence excess (B,); 0 elsewhere."
+    B, T, d = hidden.shape
+    nu, e, e_seq = hidden.new_zeros(B, Z.shape[-2]), hidden.new_zeros(B, T), hidden.new_zeros(B)
+    rows, ends = (gc >= 0).nonzero().flatten(), mask.sum(-1)  # (R,), (B,) prefix masks: one past the last real token
+    if rows.numel() == 0: return nu, e, e_seq
+    h, s, hh = feature_scales(hidden, mask, normalize)  # (B, T, d), (B, T), (B, T)
+    tau = chain_positions(mask, hidden.dtype)  # (B, T)
+    pos = alpha * linear_cost(tau, chain_tau_bar(Z.shape[-2], hidden.dtype, hidden.device)) * mask.unsqueeze(-1) if alpha else None  # (B, T, L_b)
+    q = local_assignment(rollout_costs(h, s, hh, pos, mask, Z, gc.clamp(min=0), rows, ends, alpha), mask[rows], reg)  # (R, T, L_b)
+    qs, y = q * s[rows].unsqueeze(-1), hidden.new_zeros(len(rows), Z.shape[-2], d + 1)  # (R, T, L_b), (R, L_b, d+1)
+    for k, (i, n) in enumerate(zip(rows.tolist(), ends[rows].tolist())):
+        torch.mm(qs[k, :n].T, h[i, :n], out=y[k, :, :d])  # (L_b, d) Σ_t q[t,j] s_t h_t: the scaled features, never copied
+    y[..., :d] *= math.sqrt(1 - alpha)
+    y[..., d] = math.sqrt(2 * alpha) * (q * tau[rows].unsqueeze(-1)).sum(-2)  # (R, L_b) the position coordinate
+    y /= q.sum(-2).unsqueeze(-1)  # (R, L_b, d+1) = `stage_versions(q, φ)`
+    nu[rows], e[rows], e_seq[rows] = version_excess(q, y, group_median(y, og[rows], torch.ones_like(rows, dtype=torch.bool)), mask[rows])
+    return nu, e, e_seq
+
 # %% ../nbs/09_hara.ipynb #943c4635
 def hara_novelty(
     hidden:torch.Tensor, # (B, T, d) hidden states of the response tokens
@@ -372,7 +427,7 @@ def hara_novelty(
     notes += _group_notes(rewards, gsize, L)
     slots = pack_slots(og, computed)  # (G', K) the computed groups' members (a record: the barycenter reads `hidden` in place)
     zeros = hidden.new_zeros(B, T)  # (B, T)
-    contrib, excess, excess_seq, nbar = zeros, zeros, hidden.new_zeros(B), hidden.new_zeros(B)
+    contrib, excess, excess_seq, nbar, stage_nov = zeros, zeros, hidden.new_zeros(B), hidden.new_zeros(B), hidden.new_zeros(B, L_b)
     Z, tau_bar, it, sk, iters = hidden.new_zeros(0, L_b, d), torch.linspace(0, 1, L_b, dtype=hidden.dtype, device=hidden.device), None, None, torch.zeros(0, dtype=torch.long)
     if slots.numel():
         groups = torch.unique(og[computed])  # (G',) computed outcome groups, in the order of `slots`
@@ -391,11 +446,10 @@ def hara_novelty(
         if metric == 'embed':  # no plan: the sequence-level distance, compared with the group's mean
             excess_seq = (contrib.sum(-1) - nbar) * computed; excess = excess_seq[:, None] * mask  # (B,), (B, T)
         else:
-            kappa = info['node_cost'] / info['plans'].sum(-2).clamp_min(torch.finfo(hidden.dtype).tiny)  # (B, L_b) = `stage_costs`
-            excess, excess_seq = stage_excess(info['plans'], kappa, mask, og, computed)  # (B, T), (B,)
+            stage_nov, excess, excess_seq = stage_novelty(hidden, mask, gc, Z, og, alpha, reg, normalize)  # (B, L_b), (B, T), (B,)
     n_tok = token_novelty(contrib, mask)  # (B, T)
     return Novelty(contrib, n_tok, sequence_novelty(n_tok, mask), og, gsize, computed, slots, Z, tau_bar, it, sk, metric, notes,
-                   iters, excess, excess_seq, nbar)
+                   iters, excess, excess_seq, nbar, stage_nov)
 
 # %% ../nbs/09_hara.ipynb #83246ab3
 def _embed_contributions(

@@ -14,8 +14,9 @@ from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
 # %% auto #0
 __all__ = ['anchor_plan', 'structure_cost', 'chain_tau_bar', 'linear_cost', 'lift', 'lfgw', 'monotone_plan', 'barycenter_update',
-           'check_barycenter_inputs', 'barycenter_cost', 'feature_scales', 'group_weights', 'anderson_step',
-           'anderson_history', 'anderson_next', 'fixed_point_error', 'group_barycenters', 'linearized_barycenter']
+           'check_barycenter_inputs', 'barycenter_cost', 'feature_scales', 'group_weights', 'rollout_costs',
+           'anderson_step', 'anderson_history', 'anderson_next', 'fixed_point_error', 'group_barycenters',
+           'linearized_barycenter']
 
 # %% ../nbs/06_linearization.ipynb #07177df6
 def anchor_plan(mask:torch.Tensor, # (..., T) bool, True on real tokens; every row needs one
@@ -173,8 +174,18 @@ def group_weights(group:torch.Tensor,   # (N,) long group id of each rollout (-1
     return w / tot[group.clamp(min=0)].clamp_min(torch.finfo(dtype).tiny)  # (N,)
 
 # %% ../nbs/06_linearization.ipynb #51beff4f
-def _rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha):
-    "Lifted costs (A, T, L_b) of the rollouts `rows` to their groups' $(Z_g, \\bar\\tau)$: one $h_iZ_g^\\top$ product per rollout, on its real rows; 0 off the mask."
+def rollout_costs(h:torch.Tensor,    # (N, T, d) hidden states, as given (never copied)
+                  s:torch.Tensor,    # (N, T) feature scales from `feature_scales` (0 off the mask)
+                  hh:torch.Tensor,   # (N, T) squared norms of the scaled features
+                  pos:torch.Tensor|None, # (N, T, L_b) position part α·2(τ - τ̄)² of the cost, or None (α = 0)
+                  mask:torch.Tensor, # (N, T) bool, True on real tokens
+                  Z:torch.Tensor,    # (G, L_b, d) barycenter supports of each group
+                  gid:torch.Tensor,  # (N,) group of each rollout (clamped to >= 0)
+                  rows:torch.Tensor, # (A,) sorted rollouts to compute
+                  ends:torch.Tensor, # (N,) one past each rollout's last real token
+                  alpha:float        # FGW trade-off
+                 ) -> torch.Tensor:  # (A, T, L_b) $\tilde M_{i,tj}$, 0 off the mask
+    "`barycenter_cost` for the rollouts `rows`, each against its own group's $(Z_g, \\bar\\tau)$: one $h_iZ_g^\\top$ product per rollout, on its real rows."
     sel = (lambda x: x) if len(rows) == h.shape[0] else (lambda x: x[rows])  # `rows` is sorted: all rollouts = no gather
     hZ = h.new_zeros(len(rows), h.shape[1], Z.shape[-2])  # (A, T, L_b)
     for k, (i, g, e) in enumerate(zip(rows.tolist(), gid[rows].tolist(), ends[rows].tolist())):
@@ -301,7 +312,7 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
             r = rows[live[gid[rows]]]  # (A,) rollouts of the groups still iterating
             if r.numel() == 0: break
             full = len(r) == N  # every rollout: results replace the buffers, no scatter
-            M = _rollout_costs(h, s, hh, pos, mask, Z, gid, r, ends, alpha)  # (A, T, L_b)
+            M = rollout_costs(h, s, hh, pos, mask, Z, gid, r, ends, alpha)  # (A, T, L_b)
             thr = (inner_rtol * last[gid[r]]).clamp(min=stop_thr)  # (A,) per-problem tolerances
             if newton: P, lg = semidual_newton(a[r], b, M, reg, num_iter_max=inner_iter, stop_thr=thr, warn=False, log=True,
                                                log_v0=log_v[r] if it else None, check_inputs=it == 0)  # (A, T, L_b) one call
@@ -319,7 +330,7 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
             n_it[g.cpu()] += 1; errs.append(float(change.max()))
             live[g[(dist[g] < tol) | (change < noise)]] = False  # converged groups (or at rounding level) are frozen: Z, plans, potentials
         if final_sinkhorn is not None and rows.numel():  # one more solve against the final Z: exact plans of hara-math §6
-            M = _rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha)  # (R, T, L_b)
+            M = rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha)  # (R, T, L_b)
             if newton: P, lg = semidual_newton(a[rows], b, M, reg, log=True, **{'warn': False, 'log_v0': log_v[rows], **final_sinkhorn})  # warm
             else: P, lg = sinkhorn_log(a[rows], b, M, reg, log=True, **{'warn': False, 'omega': omega, 'check_every': check_every, **final_sinkhorn})
             PM = P * M  # (R, T, L_b)

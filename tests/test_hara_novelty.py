@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from hara_ref.hara import (hara_advantages, hara_novelty, stage_costs, stage_excess, group_mean, relative_to_group,
-                           outcome_groups, BARY_DEFAULTS, FINAL_SINKHORN)
+from hara_ref.hara import (hara_advantages, hara_novelty, local_assignment, stage_versions, group_median, version_excess,
+                           group_mean, relative_to_group, lifted_cost, outcome_groups, BARY_DEFAULTS, FINAL_SINKHORN)
+from hara_ref.fgw import chain_positions, normalize_features
+from hara_ref.linearization import lift
 from hara_ref.data import planted_stage_rollouts
 
 def gauss_batch(seed, P=4, K=8, T=64, d=32, dtype=torch.float64):
@@ -65,50 +67,75 @@ def test_identical_rollouts_get_weight_one(dtype, gran):
     _, old = hara_advantages(h, m, r, torch.zeros(6, dtype=torch.long), granularity=gran, reference='barycenter', **kw)
     if gran != 'seq': assert float((old.weights - 1).abs()[m].max()) > 0.3  # the barycenter ratio does not have this property
 
-def test_one_changed_span():
-    "Eight copies of a rollout per outcome group; in one copy a whole stage visit is replaced by a novel stage."
-    base = planted_stage_rollouts(K=1, n_stages=6, d=16, seed=0)
-    nov = planted_stage_rollouts(K=1, n_stages=6, d=16, seed=0, substitute=(0, 3))
+def one_changed_span(dtype=torch.float64, K=8):
+    "K copies of a planted rollout per outcome group (2 groups); in copy 1 of each, a whole stage visit replaced by a novel stage."
+    base = planted_stage_rollouts(K=1, n_stages=6, d=16, seed=0, dtype=dtype)
+    nov = planted_stage_rollouts(K=1, n_stages=6, d=16, seed=0, substitute=(0, 3), dtype=dtype)
     L = int(base.mask[0].sum()); st = base.stages[0, :L]
     starts = torch.nonzero(torch.diff(st) != 0).flatten() + 1
     s0, s1 = int(starts[2]), int(starts[3])  # the 4th stage visit
     novel_tok = nov.hidden[0][nov.stages[0] == 6]
-    K = 8
     h = base.hidden.repeat(2 * K, 1, 1); span = torch.zeros(2 * K, h.shape[1], dtype=torch.bool)
     for i in (1, K + 1): h[i, s0:s1] = novel_tok[torch.arange(s1 - s0) % len(novel_tok)]; span[i, s0:s1] = True
-    m = base.mask.expand(2 * K, -1); r = (torch.arange(2 * K) < K).double(); g = torch.zeros(2 * K, dtype=torch.long)
-    _, rw = hara_advantages(h, m, r, g, granularity='tok')
-    w = rw.weights
-    assert (w[1][span[1]] == 2).all() and (w[K + 1][span[K + 1]] == 0.5).all()  # correct novel: largest push; wrong novel: smallest penalty
-    for i in (1, K + 1): assert float((w[i] - 1).abs()[span[i]].min()) > float((w[i] - 1).abs()[m[i] & ~span[i]].mean())
-    copies = [k for k in range(2 * K) if k not in (1, K + 1)]
-    other = (m & ~span[1].expand_as(m))[copies]  # the copies' tokens away from the changed stage
-    assert float((w[copies] - 1).abs()[other].mean()) < 0.1
+    return h, base.mask.expand(2 * K, -1), (torch.arange(2 * K) < K).to(dtype), torch.zeros(2 * K, dtype=torch.long), span
 
-def test_stage_costs_and_batched_excess_agree():
-    "The batched path (node costs from `group_barycenters`) equals the reference `stage_costs` on the final plans."
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+@pytest.mark.parametrize('gran', ['tok', 'span'])
+def test_one_changed_span(dtype, gran):
+    "Only the changed span is reweighted: the clip on it, 1 (to 5e-3) on the rest of its rollout, exactly 1 on the unchanged copies."
+    h, m, r, g, span = one_changed_span(dtype)
+    K = len(r) // 2
+    kw = dict(span_len=2) if gran == 'span' else {}
+    _, rw = hara_advantages(h, m, r, g, granularity=gran, **kw)
+    w = rw.weights
+    for i, clip in ((1, 2.), (K + 1, .5)):  # correct novel: largest push; wrong novel: smallest penalty
+        on, off = span[i], m[i] & ~span[i]
+        if gran == 'tok': assert (w[i][on] == clip).all()
+        else: assert (w[i][on] - 1).abs().min() >= 0.4  # a window straddling the span's edge mixes in an unchanged token
+        assert float((w[i] - 1).abs()[off if gran == 'tok' else off & ~span[i].roll(1) & ~span[i].roll(-1)].max()) <= 5e-3
+    copies = [k for k in range(2 * K) if k not in (1, K + 1)]
+    assert float((w[copies] - 1).abs()[m[copies]].max()) <= 1e-6  # the median is the copies' own version
+
+def test_one_changed_span_the_plans_would_leak():
+    "The same comparison built on the balanced plans' rows moves the unchanged tokens of the changed rollout (why q is local)."
+    h, m, r, g, span = one_changed_span()
+    nov = hara_novelty(h, m, r, g)
+    # versions from the final plans instead of the local assignment
+    from hara_ref.linearization import group_barycenters
+    gc = torch.where(nov.computed, torch.searchsorted(torch.unique(nov.og[nov.computed]), nov.og), -1)
+    _, info = group_barycenters(h, m, gc, final_sinkhorn=dict(FINAL_SINKHORN), **BARY_DEFAULTS)
+    phi = lift(normalize_features(h, how='unit'), chain_positions(m, h.dtype), 0.25)
+    P = info['plans']
+    y = stage_versions(P, phi)
+    _, e, _ = version_excess(P, y, group_median(y, nov.og, nov.computed), m)
+    x = relative_to_group(e, nov.nbar, m)
+    assert float((x[1] - 1).abs()[m[1] & ~span[1]].max()) > 0.3  # the plan rows of unchanged tokens moved
+    assert float((nov.excess[1] / nov.nbar[1]).abs()[m[1] & ~span[1]].max()) < 1e-3  # the local assignment's did not
+
+def test_batched_stage_novelty_equals_reference():
+    "The batched path in `hara_novelty` equals the reference functions on dense, normalised, lifted tokens (padded batch, 2 prompts)."
     h, m, r, g = planted_batch(1, P=2)
     nov = hara_novelty(h, m, r, g)
-    # recompute from the record: lifted costs of every computed rollout to its barycenter
-    from hara_ref.hara import lifted_cost
-    from hara_ref.fgw import chain_positions, normalize_features
-    hn = normalize_features(h, how='unit')
     gc = torch.where(nov.computed, torch.searchsorted(torch.unique(nov.og[nov.computed]), nov.og), 0)
-    C = lifted_cost(hn, chain_positions(m, torch.float64), nov.barycenters[gc], nov.tau_bar, 0.25) * m[..., None]
-    from hara_ref.linearization import group_barycenters
-    _, info = group_barycenters(h, m, torch.where(nov.computed, gc, -1), final_sinkhorn=dict(FINAL_SINKHORN), **{k: v for k, v in BARY_DEFAULTS.items()})
-    P = info['plans']
-    kap = stage_costs(P, C)
-    e, e_seq = stage_excess(P, kap, m, nov.og, nov.computed)
-    torch.testing.assert_close(e, nov.excess, atol=1e-9, rtol=1e-7)
-    torch.testing.assert_close(e_seq, nov.excess_seq, atol=1e-9, rtol=1e-7)
-    # the sequence level is the mass-weighted mean of the token level, and equals LFGW_i / n̄_g
-    x_tok = relative_to_group(nov.excess, nov.nbar, m); x_seq = relative_to_group(nov.excess_seq, nov.nbar, m)
+    hn, tau = normalize_features(h, how='unit'), chain_positions(m, torch.float64)
+    C = lifted_cost(hn, tau, nov.barycenters[gc], nov.tau_bar, 0.25) * m[..., None]  # (B, T, L_b)
+    q = local_assignment(C, m, 0.05) * nov.computed[:, None, None]
+    y = stage_versions(q, lift(hn, tau, 0.25))
+    nu, e, e_seq = version_excess(q, y, group_median(y, nov.og, nov.computed), m)
+    torch.testing.assert_close(nov.stage_nov, nu * nov.computed[:, None], atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(nov.excess, e, atol=1e-10, rtol=1e-8)
+    torch.testing.assert_close(nov.excess_seq, e_seq, atol=1e-10, rtol=1e-8)
+    # the sequence level is the token level's mean, and nothing is less novel than typical
+    x_tok, x_seq = relative_to_group(nov.excess, nov.nbar, m), relative_to_group(nov.excess_seq, nov.nbar, m)
     L = m.sum(-1)
-    sel = nov.computed
-    # equal up to the final plans' marginal error (a few of these planted rollouts stop at their cap near 1e-5)
-    torch.testing.assert_close((x_tok.sum(-1) / L)[sel], x_seq[sel], atol=1e-4, rtol=0)
-    torch.testing.assert_close(x_seq[sel], (nov.n_seq / nov.nbar)[sel], atol=1e-4, rtol=0)
+    torch.testing.assert_close((x_tok.sum(-1) / L)[nov.computed], x_seq[nov.computed], atol=1e-12, rtol=1e-10)
+    assert (x_tok[m] >= 1).all() and (nov.excess >= 0).all()
+
+def test_group_median_ragged_groups_and_missing():
+    v = torch.tensor([[1., 5.], [3., torch.nan], [2., 7.], [9., 9.], [4., 0.]])  # (B=5, 2)
+    og = torch.tensor([0, 0, 0, 1, 1]); member = torch.tensor([True, True, True, True, False])
+    med = group_median(v, og, member)
+    torch.testing.assert_close(med, torch.tensor([[2., 6.], [2., 6.], [2., 6.], [9., 9.], [0., 0.]]))  # nan skipped: (5+7)/2; non-member 0
 
 def test_group_mean():
     v = torch.tensor([[1., 2.], [3., 4.], [10., 10.], [5., 6.]])
