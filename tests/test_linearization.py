@@ -180,11 +180,14 @@ def test_group_barycenters_flat_any_order_equals_grouped(seed, sizes, extra):
     h[~m] = float('nan')  # padding may hold anything
     perm = torch.randperm(len(gid), generator=torch.Generator().manual_seed(seed))
     Z, info = group_barycenters(h[perm], m[perm], gid[perm], len(sizes), L_b=5, warn=False)
-    torch.testing.assert_close(Z, Zg, rtol=0, atol=1e-10)
+    # The layouts sum in different orders, so they agree to rounding, unless an inner solve's stopping test falls at
+    # rounding level: then one layout takes one more Newton step, and the plans differ by up to the inner tolerance
+    # (inner_rtol = 1e-3 of the last change of Z, itself below tol = 1e-4): 1e-8 bounds both.
+    torch.testing.assert_close(Z, Zg, rtol=0, atol=1e-8)
     inv = perm.argsort()
     for r, (g, k) in enumerate(rows):
-        torch.testing.assert_close(info['plans'][inv[r]], ig['plans'][g, k], rtol=0, atol=1e-10)
-        torch.testing.assert_close(info['token_cost'][inv[r]], ig['token_cost'][g, k], rtol=0, atol=1e-10)
+        torch.testing.assert_close(info['plans'][inv[r]], ig['plans'][g, k], rtol=0, atol=1e-8)
+        torch.testing.assert_close(info['token_cost'][inv[r]], ig['token_cost'][g, k], rtol=0, atol=1e-8)
     assert info['plans'][inv[-1]].abs().sum() == 0 and info['token_cost'][inv[-1]].abs().sum() == 0  # not in any group
     assert torch.equal(info['n_iter_group'], ig['n_iter_group'].reshape(-1))
 
