@@ -7,16 +7,16 @@ from __future__ import annotations
 import math, warnings
 import torch
 import ot
-from .sinkhorn import sinkhorn_log
+from .sinkhorn import sinkhorn_log, sinkhorn_reference
 from .newton import semidual_newton
-from .fgw import chain_positions
+from .fgw import chain_positions, normalize_features
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
 # %% auto #0
 __all__ = ['anchor_plan', 'structure_cost', 'chain_tau_bar', 'linear_cost', 'lift', 'lfgw', 'monotone_plan', 'barycenter_update',
-           'check_barycenter_inputs', 'barycenter_cost', 'feature_scales', 'group_weights', 'rollout_costs',
-           'anderson_step', 'anderson_history', 'anderson_next', 'fixed_point_error', 'group_barycenters',
-           'linearized_barycenter']
+           'check_barycenter_inputs', 'barycenter_cost', 'linearized_barycenter_reference', 'feature_scales',
+           'group_weights', 'rollout_costs', 'anderson_step', 'anderson_history', 'anderson_next', 'fixed_point_error',
+           'group_barycenters', 'linearized_barycenter']
 
 # %% ../nbs/06_linearization.ipynb #07177df6
 def anchor_plan(mask:torch.Tensor, # (..., T) bool, True on real tokens; every row needs one
@@ -138,6 +138,25 @@ def barycenter_cost(phi:torch.Tensor,     # (..., K, T, d+1) lifted rollouts
     "Lifted cost of every rollout to the barycenter $(Z, \\bar\\tau)$."
     phi_bar = lift(Z, tau_bar.expand(Z.shape[:-1]), alpha)  # (..., L_b, d+1)
     return sq_dists(phi, phi_bar.unsqueeze(-3))  # (..., K, T, L_b)
+
+# %% ../nbs/06_linearization.ipynb #06a8a786
+def linearized_barycenter_reference(h:torch.Tensor,    # (K, T, d) hidden states of one group's rollouts
+                                    mask:torch.Tensor, # (K, T) bool, True on real tokens (every rollout has one)
+                                    alpha:float=0.25, L_b:int=32, reg:float=0.05, # FGW trade-off, barycenter size, $\varepsilon$
+                                    n_iter:int=50,     # barycenter iterations (no stopping rule)
+                                    stop_thr:float=1e-12 # Sinkhorn's marginal tolerance
+                                   ) -> tuple:         # Z (L_b, d), the last plans (K, T, L_b) (against the Z before it)
+    "Linearized FGW barycenter of one group by block-coordinate descent: plans by `sinkhorn_reference`, then $Z = \\operatorname{diag}(1/b)\\sum_i\\lambda_iT_i^\\top H_i$."
+    hn = normalize_features(h, how='unit') * mask.unsqueeze(-1)  # (K, T, d)
+    phi, tau_bar = lift(hn, chain_positions(mask, h.dtype), alpha), chain_tau_bar(L_b, h.dtype)  # (K, T, d+1), (L_b,)
+    a, b = mask.to(h.dtype) / mask.sum(-1, keepdim=True), torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (K, T), (L_b,)
+    lam = torch.full((len(h),), 1 / len(h), dtype=h.dtype)  # (K,)
+    Z = barycenter_update(monotone_plan(a, b), hn, lam)  # (L_b, d) start: the order-preserving plans
+    for _ in range(n_iter):
+        M = barycenter_cost(phi, Z, tau_bar, alpha)  # (K, T, L_b)  lifted cost
+        plans = torch.stack([sinkhorn_reference(a[i], b, M[i], reg, stop_thr)[0] for i in range(len(h))])  # (K, T, L_b)
+        Z = barycenter_update(plans, hn, lam)  # (L_b, d)  feature step
+    return Z, plans
 
 # %% ../nbs/06_linearization.ipynb #bcdb1cb1
 def feature_scales(h:torch.Tensor,    # (N, T, d) hidden states (rows off the mask arbitrary, even nan)

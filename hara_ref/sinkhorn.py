@@ -8,8 +8,8 @@ import math, warnings
 import numpy as np, torch
 
 # %% auto #0
-__all__ = ['sinkhorn_naive', 'lse_update', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor',
-           'item_thresholds', 'solve_in_float32', 'check_warm_start', 'check_iterations', 'scaling_step',
+__all__ = ['sinkhorn_naive', 'lse_update', 'sinkhorn_reference', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'marginal_error',
+           'stop_floor', 'item_thresholds', 'solve_in_float32', 'check_warm_start', 'check_iterations', 'scaling_step',
            'SinkhornConvergenceWarning', 'relax_omega', 'sinkhorn_log', 'sinkhorn_log2']
 
 # %% ../nbs/03_sinkhorn.ipynb #9cebbc29
@@ -36,6 +36,24 @@ def lse_update(log_w:torch.Tensor,   # (..., p) log target weights of the side b
     lse = torch.logsumexp(logK + log_s.unsqueeze(-2), dim=-1)  # (..., p)
     # rows that are entirely padding (all -inf) give lse = -inf; keep them at -inf, never nan
     return torch.where(torch.isfinite(log_w), log_w - lse, torch.full_like(lse, -math.inf))  # (..., p)
+
+# %% ../nbs/03_sinkhorn.ipynb #2330480a
+def sinkhorn_reference(a:torch.Tensor, # (n,) source weights, sum 1 (zeros allowed)
+                       b:torch.Tensor, # (m,) target weights, sum 1
+                       M:torch.Tensor, # (n, m) cost
+                       reg:float,      # entropic regulariser $\varepsilon > 0$
+                       stop_thr:float=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2 <$ stop_thr
+                       num_iter_max:int=10000 # most iterations
+                      ) -> tuple:      # plan (n, m), iterations run
+    "Log-domain Sinkhorn on one problem, $v$ then $u$, checked every iteration: the shortest code of the updates above."
+    logK, log_a, log_b = -M / reg, a.log(), b.log()  # (n, m), (n,), (m,)
+    log_u = torch.where(a > 0, 0., -math.inf).to(M.dtype)  # (n,)
+    for it in range(1, num_iter_max + 1):
+        log_v = lse_update(log_b, logK.T, log_u)  # (m,)  log v <- log b - LSE_i(log K + log u)
+        log_u = lse_update(log_a, logK, log_v)  # (n,)  log u <- log a - LSE_j(log K + log v)
+        plan = torch.exp(log_u[:, None] + logK + log_v[None, :])  # (n, m)
+        if (plan.sum(0) - b).norm() < stop_thr: break
+    return plan, it
 
 # %% ../nbs/03_sinkhorn.ipynb #b376d7ba
 def as_reg(reg # $\varepsilon$: a Python number, NumPy scalar, 0-d array or 0-d tensor
