@@ -12,7 +12,7 @@ from .grpo import base_advantages
 from .sinkhorn import sinkhorn_log
 from .fgw_barycenter import sq_dists
 from .fgw import chain_positions
-from .linearization import group_barycenters, feature_scales, rollout_costs, linear_cost, chain_tau_bar
+from .linearization import group_barycenters, feature_scales, rollout_costs, linear_cost, chain_tau_bar, lift
 
 # %% auto #0
 __all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'SHEAR_SINKHORN', 'METHODS', 'check_rollouts', 'outcome_groups', 'pack_slots',
@@ -107,9 +107,9 @@ def lifted_cost(
     tau_bar:torch.Tensor, # (L_b,) barycenter positions τ̄
     alpha:float=0.25, # α, weight of the structure term
 ) -> torch.Tensor:
-    "Lifted cost of Lemma 3.1, (1-α)‖h_t - z_j‖² + 2α(τ_t - τ̄_j)², shape (..., T, L_b)."
-    # \lVert h - z \rVert^2 = \lVert h\rVert^2 + \lVert z\rVert^2 - 2 h\cdot z
-    return (1 - alpha) * sq_dists(h, Z) + 2 * alpha * (tau[..., None] - tau_bar) ** 2  # (..., T, L_b)
+    "Lifted cost of Lemma 3.1, (1-α)‖h_t - z_j‖² + 2α(τ_t - τ̄_j)², shape (..., T, L_b): squared distances of chapter 6's lifted points."
+    # (1-α)‖h - z‖² + 2α(τ - τ̄)² = ‖φ(h, τ) - φ(z, τ̄)‖²,  φ = (√(1-α) h, √(2α) τ)
+    return sq_dists(lift(h, tau, alpha), lift(Z, tau_bar.expand(Z.shape[:-1]), alpha))  # (..., T, L_b)
 
 # %% ../nbs/09_hara.ipynb #0c7abdf6
 def token_contributions(
