@@ -114,7 +114,7 @@ def build_page(path:Path, execute:bool=True) -> tuple:
 CSS = """body{margin:0;font:16px/1.55 system-ui,sans-serif;color:#222;display:flex}
 nav{position:sticky;top:0;height:100vh;overflow-y:auto;flex:0 0 15rem;padding:1rem;background:#f6f7f9;border-right:1px solid #ddd;font-size:14px}
 nav a{display:block;padding:2px 0;color:#246;text-decoration:none}nav a.here{font-weight:bold}
-main{flex:1;min-width:0;max-width:62rem;padding:1rem 2rem 4rem}
+main{flex:1;min-width:0;max-width:72rem;padding:1rem 2rem 4rem}
 table{border-collapse:collapse;display:block;overflow-x:auto}td,th{border:1px solid #ddd;padding:3px 8px;vertical-align:top}
 blockquote{margin:1em 0;padding:.2em 1em;border-left:4px solid #9ab;background:#f5f8fa}
 pre{overflow-x:auto;padding:.6em;font-size:13px;line-height:1.4}.highlight pre{background:#f7f7f9;border:1px solid #e3e3e8}

@@ -8,7 +8,7 @@ left untypeset (a `$`, `\\(`, `\\[` or `\\begin{` in the text), or error output.
 Needs Chromium (Debian: apt-get install chromium). Each page is opened as a probe copy with a small script added that
 records errors from the start and reports what it found into the DOM, which Chromium dumps.
 """
-import argparse, json, re, shutil, subprocess, sys, time
+import argparse, html, json, re, shutil, subprocess, sys, time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,7 +16,8 @@ RECORD = """<script>window.__errs = []; addEventListener('error', e => __errs.pu
   'failed to load ' + (e.target.src || e.target.href)), true);</script>"""
 REPORT = r"""<script>addEventListener('load', () => {
   const main = document.querySelector('main') || document.body, r = {errors: __errs};
-  r.images = document.images.length;
+  r.images = document.images.length; r.height = document.documentElement.scrollHeight;
+  r.figure_top = [...document.images].map(i => Math.round(i.getBoundingClientRect().top + scrollY));
   r.broken = [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src.slice(0, 80));
   r.math = document.querySelectorAll('.katex').length;
   r.katex_errors = [...document.querySelectorAll('.katex-error')].map(e => e.textContent.slice(0, 100));
@@ -41,14 +42,15 @@ def headless(exe:str, *args) -> subprocess.CompletedProcess:
                            '--virtual-time-budget=10000', *args], capture_output=True, text=True, timeout=120)
 
 def check_page(exe:str, page:Path, shots:Path) -> dict:
-    "What the probe found on `page` (see REPORT), after taking its screenshot."
-    headless(exe, '--window-size=1280,2000', f'--screenshot={shots/(page.stem + ".png")}', page.as_uri())
+    "What the probe found on `page` (see REPORT); then a screenshot of the whole page (up to 30,000 px tall)."
     probe = page.with_name(f'.{page.stem}.probe.html')
     probe.write_text(page.read_text().replace('<head>', '<head>' + RECORD, 1).replace('</body>', REPORT + '</body>', 1))
-    try: dom = headless(exe, '--dump-dom', probe.as_uri()).stdout
+    try: dom = headless(exe, '--window-size=1280,1000', '--dump-dom', probe.as_uri()).stdout
     finally: probe.unlink()
     m = re.search(r'<pre id="docs-check">(.*?)</pre>', dom, re.S)
-    return json.loads(m[1].replace('&lt;', '<').replace('&gt;', '>').replace('&amp;', '&')) if m else {'errors': ['no report: the page did not load']}
+    r = json.loads(html.unescape(m[1])) if m else {'errors': ['no report: the page did not load']}
+    headless(exe, f'--window-size=1280,{min(r.get("height", 2000), 30000)}', f'--screenshot={shots/(page.stem + ".png")}', page.as_uri())
+    return r
 
 def problems(r:dict) -> list:
     "The checks a page fails, from its report."
