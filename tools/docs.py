@@ -22,6 +22,7 @@ def katex_bundle(cache:Path=ROOT/'.cache') -> Path:
     dest = cache/f'katex-{KATEX}'
     if (dest/'katex.min.js').exists(): return dest
     if not shutil.which('npm'): sys.exit('docs: npm is needed once, to fetch KaTeX from the npm registry (apt-get install npm)')
+    part = dest.parent/(dest.name + '.part'); shutil.rmtree(part, ignore_errors=True)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(['npm', 'pack', f'katex@{KATEX}', '--pack-destination', tmp], check=True, capture_output=True)
         with tarfile.open(next(Path(tmp).glob('katex-*.tgz'))) as tf:
@@ -29,9 +30,9 @@ def katex_bundle(cache:Path=ROOT/'.cache') -> Path:
                 name = m.name.removeprefix('package/')
                 keep = name in ('dist/katex.min.js', 'dist/katex.min.css', 'LICENSE') or re.fullmatch(r'dist/fonts/[\w-]+\.woff2', name)
                 if m.isfile() and keep:
-                    out = dest.with_suffix('.part')/name.removeprefix('dist/')
+                    out = part/name.removeprefix('dist/')
                     out.parent.mkdir(parents=True, exist_ok=True); out.write_bytes(tf.extractfile(m).read())
-    dest.with_suffix('.part').rename(dest)
+    part.rename(dest)
     return dest
 
 def run_notebook(path:Path, execute:bool=True):
