@@ -1,6 +1,10 @@
 # The two commands of the README, each doing its own set-up on a fresh machine:
 #   make train   end-to-end RLVR of a tiny Qwen3 on the built-in task, GRPO vs HARA-tok, with a plot
 #   make test    every check: package/notebook sync, all notebooks (nbdev_test), pytest
+# and for readers:
+#   make docs        run every notebook and render it, figures and math included, into the static site _docs/
+#   make docs-check  open every page of _docs/ in headless Chromium: screenshots, fails on JS errors, broken
+#                    images, untypeset math or error output (Debian: apt-get install chromium)
 SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,7 +12,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-.PHONY: install train test sync nbtest pytest
+.PHONY: install train test sync nbtest pytest docs docs-check
 install:
 	@bash tools/install.sh
 
@@ -20,3 +24,11 @@ test: install
 	# two notebooks at a time, one BLAS/OpenMP thread each: two 2-thread torch processes on 2 cores thrash
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/nbdev_test --n_workers 2 --timing
 	$(BIN)/python -m pytest -q tests
+
+docs: install
+	# as make test runs the notebooks: two at a time, one BLAS/OpenMP thread each
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python tools/docs.py
+
+docs-check: install
+	@[ -f _docs/index.html ] || $(MAKE) docs
+	$(BIN)/python tools/docs_check.py
