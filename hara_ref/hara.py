@@ -417,7 +417,7 @@ def hara_novelty(
     sinkhorn_kw:dict|None=None, # keyword arguments for that final `sinkhorn_log` (num_iter_max, stop_thr, ...)
     checked:bool=False, # the inputs already went through `check_rollouts` (skip a second pass over hidden)
 ) -> Novelty:
-    "Token and sequence novelty of every rollout relative to its outcome group's linearized barycenter (hara-math §6)."
+    "Token and sequence novelty of every rollout relative to its outcome group's linearized barycenter (nbs/hara_math.ipynb §6)."
     hidden, mask, rewards, group_ids, notes = (hidden, mask, rewards, group_ids, []) if checked else check_rollouts(hidden, mask, rewards, group_ids)
     if metric not in ('fgw', 'w', 'gw', 'embed'): raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {metric!r}")
     alpha, reg = {'w': 0., 'gw': 1.}.get(metric, _scalar('alpha', alpha, 0, 1)), _scalar('reg', reg, 0, math.inf, open_low=True)

@@ -348,7 +348,7 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
             Z[g], last[g] = Z_new[g] if hist is None else anderson_next(hist, g, Z[g], Z_new[g], change, (dist[g] < tol) | (change < noise)), change
             n_it[g.cpu()] += 1; errs.append(float(change.max()))
             live[g[(dist[g] < tol) | (change < noise)]] = False  # converged groups (or at rounding level) are frozen: Z, plans, potentials
-        if final_sinkhorn is not None and rows.numel():  # one more solve against the final Z: exact plans of hara-math §6
+        if final_sinkhorn is not None and rows.numel():  # one more solve against the final Z: exact plans of nbs/hara_math.ipynb §6
             M = rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha)  # (R, T, L_b)
             if newton: P, lg = semidual_newton(a[rows], b, M, reg, log=True, **{'warn': False, 'log_v0': log_v[rows], **final_sinkhorn})  # warm
             else: P, lg = sinkhorn_log(a[rows], b, M, reg, log=True, **{'warn': False, 'omega': omega, 'check_every': check_every, **final_sinkhorn})
