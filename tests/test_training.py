@@ -170,3 +170,16 @@ def test_training_module_re_exports():
     assert tr.TrainConfig is rl.TrainConfig and tr.policy_forward is po.policy_forward
     assert tr.ExperimentConfig is ex.ExperimentConfig and tr.train_cli is cli.train_cli
     assert all(hasattr(tr, n) for n in tr.__all__) and not hasattr(tr, 'token_advantages')
+
+
+def test_train_flags_come_from_the_configs():
+    from hara_ref.cli import train_parser
+    from hara_ref.rl import TrainConfig
+    from hara_ref.experiment import ExperimentConfig
+    p = train_parser()
+    assert p.get_default('lr') == TrainConfig.lr and p.get_default('hidden_size') == ExperimentConfig.hidden_size
+    assert p.get_default('layers') == ExperimentConfig.n_layers and p.get_default('reweight') == ExperimentConfig.reweights
+    assert p.get_default('clip_eps_high') is None and TrainConfig(method='dapo').clip_eps_high == 0.28
+    for flag in ('--gradient-checkpointing', '--L-b', '-G', '--engine', '--first-wave', '--sft-shuffle', '--overlong-cache'):
+        assert flag in p._option_string_actions, flag
+    assert train_cli(['--dtype', 'fp8']) == 2
