@@ -21,7 +21,7 @@ __all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'SHEAR_SINKHORN', 'METHODS', 'chec
            'group_mean', 'relative_to_group', 'hara_weights', 'apply_weights', 'Novelty', 'stage_novelty',
            'hara_novelty', 'Reweighting', 'base_or_given', 'hara_advantages', 'window_starts', 'shear_weights',
            'token_entropy', 'entropy_weights', 'position_weights', 'shear_advantages', 'entropy_advantages',
-           'position_advantages', 'reweight_advantages', 'bench_batch', 'bench_hara', 'bench_hara_cli']
+           'position_advantages', 'reweight_advantages']
 
 # %% ../nbs/09_hara.ipynb #e5fa9479
 def check_rollouts(
@@ -694,75 +694,3 @@ def reweight_advantages(
 
 # %% ../nbs/09_hara.ipynb #843a48c5
 METHODS = ('none', 'hara-seq', 'hara-tok', 'shear', 'entropy', 'position')  # names `reweight_advantages` accepts
-
-# %% ../nbs/09_hara.ipynb #4da18517
-def bench_batch(
-    prompts:int=16, rollouts:int=16, L:int=1024, d:int=1024, # batch shape
-    seed:int=0, dtype=torch.float32,
-) -> tuple:
-    "A timing batch: hidden (B, L, d) along 8 prompt-specific stage directions + noise, lengths in [L/2, L], mixed rewards."
-    g = torch.Generator().manual_seed(seed)
-    B = prompts * rollouts
-    centers = torch.randn(prompts, 8, d, generator=g, dtype=dtype)  # (P, 8, d)
-    stage = torch.arange(L) * 8 // L  # (L,)
-    hidden = torch.randn(B, L, d, generator=g, dtype=dtype).mul_(0.7)  # (B, L, d)
-    hidden += centers[:, stage].repeat_interleave(rollouts, 0)
-    lengths = torch.randint(L // 2, L + 1, (B,), generator=g)  # (B,)
-    mask = torch.arange(L) < lengths[:, None]  # (B, L)
-    rewards = (torch.rand(B, generator=g) < 0.5).to(dtype)  # (B,)
-    rewards.view(prompts, rollouts)[:, :2] = torch.tensor([0., 1.], dtype=dtype)  # every prompt has both outcomes
-    return hidden, mask, rewards, torch.arange(prompts).repeat_interleave(rollouts)
-
-# %% ../nbs/09_hara.ipynb #d2facc31
-def _median_time(fn, repeats:int) -> tuple:
-    "Median wall time of `fn()` over `repeats` runs, and the last result."
-    out, ts = None, []
-    for _ in range(max(1, repeats)):
-        t0 = time.perf_counter(); out = fn(); ts.append(time.perf_counter() - t0)
-    return sorted(ts)[len(ts) // 2], out
-
-# %% ../nbs/09_hara.ipynb #da8439df
-def bench_hara(
-    prompts:int=16, rollouts:int=16, L:int=1024, d:int=1024, L_b:int=32, # problem size
-    repeats:int=1, dtype=torch.float32, granularity:str='tok', seed:int=0,
-    **hara_kw, # passed to `hara_advantages`
-) -> dict:
-    "Time `hara_advantages` and its lower bound (one h Z^T per rollout) on a `bench_batch`; a dict of results."
-    hidden, mask, rewards, gid = bench_batch(prompts, rollouts, L, d, seed, dtype)
-    Zr = torch.randn(hidden.shape[0], d, L_b, dtype=dtype, generator=torch.Generator().manual_seed(seed))  # (B, d, L_b)
-    t_mm, _ = _median_time(lambda: torch.bmm(hidden, Zr), max(5, repeats))  # (B, L, L_b) cheap: more runs, a steadier bound
-    t_hara, (adv, rw) = _median_time(lambda: hara_advantages(hidden, mask, rewards, gid, granularity=granularity, L_b=L_b, **hara_kw), repeats)
-    nov = rw.novelty
-    size = (nov.slots >= 0).sum(-1)  # (G',) rollouts of each computed group
-    products = float(1 + 2 * (nov.bary_iters_group * size).sum()) / hidden.shape[0] if nov.slots.numel() else 0.  # per rollout
-    return dict(B=hidden.shape[0], L=L, d=d, L_b=L_b, dtype=str(dtype).replace('torch.', ''), t_hara=t_hara, t_matmul=t_mm,
-                ratio=t_hara / t_mm, groups=int(nov.slots.shape[0]), K=int(nov.slots.shape[1]) if nov.slots.numel() else 0,
-                bary_iters=nov.bary_iters, sinkhorn_iters=nov.sinkhorn_iters, products=products, finite=bool(torch.isfinite(adv).all()))
-
-# %% ../nbs/09_hara.ipynb #1bb993ac
-def bench_hara_cli(argv:list|None=None) -> int:
-    "`hara-ref bench hara`: time hara_advantages against its matrix-product lower bound; print the ratio."
-    p = argparse.ArgumentParser(prog='hara-ref bench hara', description=bench_hara_cli.__doc__)
-    p.add_argument('--prompts', type=int, default=16); p.add_argument('--rollouts', type=int, default=16)
-    p.add_argument('--length', type=int, default=1024); p.add_argument('--dim', type=int, default=1024)
-    p.add_argument('--L-b', dest='L_b', type=int, default=32); p.add_argument('--repeats', type=int, default=1)
-    p.add_argument('--granularity', default='tok', choices=['seq', 'tok']); p.add_argument('--float64', action='store_true')
-    p.add_argument('--max-iter', type=int, default=BARY_DEFAULTS['max_iter'], help='barycenter iterations (most)')
-    p.add_argument('--inner-iter', type=int, default=BARY_DEFAULTS['inner_iter'], help='Sinkhorn iterations per barycenter iteration (most)')
-    p.add_argument('--threads', type=int, default=0, help='torch threads (0: leave as is)')
-    p.add_argument('--quick', action='store_true', help='small sizes (2 x 8 rollouts, L=128, d=64) for a smoke test')
-    a = p.parse_args(argv)
-    if a.quick: a.prompts, a.rollouts, a.length, a.dim = 2, 8, 128, 64
-    if a.threads: torch.set_num_threads(a.threads)
-    bary_kw = {**BARY_DEFAULTS, 'max_iter': a.max_iter, 'inner_iter': a.inner_iter}
-    r = bench_hara(a.prompts, a.rollouts, a.length, a.dim, a.L_b, a.repeats, torch.float64 if a.float64 else torch.float32, a.granularity, bary_kw=bary_kw)
-    print(f"batch: {a.prompts} prompts x {a.rollouts} rollouts = {r['B']}, L={r['L']}, d={r['d']}, L_b={r['L_b']}, {r['dtype']}, "
-          f"CPU threads={torch.get_num_threads()}")
-    print(f"outcome groups: {r['groups']} (largest {r['K']}); barycenter iterations: {r['bary_iters']} (max {a.max_iter}); "
-          f"sinkhorn iterations: {r['sinkhorn_iters']} (max {a.inner_iter} per barycenter iteration)")
-    print(f"hara_advantages ({a.granularity}): {r['t_hara']:.4f} s")
-    print(f"lower bound, one h @ Z^T per rollout: {r['t_matmul']:.4f} s")
-    print(f"ratio: {r['ratio']:.1f}")
-    print(f"matrix products of that size the barycenter iterations need: {r['products']:.1f} per rollout "
-          f"(1 + 2 per iteration); the rest of the ratio is Sinkhorn and elementwise work")
-    return 0 if r['finite'] else 1

@@ -85,7 +85,8 @@ def _pad_right(x:torch.Tensor, T:int, value) -> torch.Tensor:
 
 def _wave(model, tokenizer, items:list, counts:list, cfg, reward_fn, generator) -> tuple:
     "Sample `counts[i]` rollouts of item i: prompt indices (B,), responses (B, T), mask (B, T), rewards (B,)."
-    from hara_ref.training import encode_prompts, sample, pad_id, rewards_of
+    from hara_ref.policy import encode_prompts, sample, pad_id
+    from hara_ref.rl import rewards_of
     idx = [i for i, c in enumerate(counts) for _ in range(int(c))]
     pi, pm = encode_prompts(tokenizer, [items[i]['prompt'] for i in idx], cfg.max_prompt_len, model.device)  # (B, P)
     ri, rm = sample(model, pi, pm, cfg.max_new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), cfg.temperature, generator)  # (B, T)
@@ -95,7 +96,7 @@ def _wave(model, tokenizer, items:list, counts:list, cfg, reward_fn, generator) 
 # %% ../nbs/12_hora.ipynb #ac1a2471
 def hora_rollouts(model, tokenizer, items:list, cfg, reward_fn, generator) -> tuple:
     "First wave of n0 per prompt, then the rest of the N*G budget by `allocate`: (pi, pm (B, P), ri, rm (B, T), answers, group_ids (B,), info)."
-    from hara_ref.training import encode_prompts, pad_id
+    from hara_ref.policy import encode_prompts, pad_id
     N, G = len(items), cfg.group_size
     n0 = cfg.first_wave or max(2, G // 2)
     if not 2 <= n0 <= G: raise ValueError(f"first_wave must be in [2, group_size={G}], got {n0}")
@@ -115,7 +116,9 @@ def hora_rollouts(model, tokenizer, items:list, cfg, reward_fn, generator) -> tu
 # %% ../nbs/12_hora.ipynb #cbde83f2
 def run_variants(ex, variants:dict, progress:bool=True) -> tuple:
     "Train every {name: TrainConfig} over `ex.seeds` from one shared start; ({run name: metric rows}, start evaluation)."
-    from hara_ref.training import prepare_start, load_policy, evaluate, train_run, _run_parallel
+    from hara_ref.policy import load_policy
+    from hara_ref.rl import evaluate, train_run
+    from hara_ref.experiment import prepare_start, _run_parallel
     out = Path(ex.out); out.mkdir(parents=True, exist_ok=True)
     cfg0 = next(iter(variants.values()))
     init, train, held, reward_fn = prepare_start(ex, cfg0.eval_prompts, progress)
@@ -127,13 +130,13 @@ def run_variants(ex, variants:dict, progress:bool=True) -> tuple:
     if ex.workers <= 1:
         for c, d in jobs: train_run(c, d, init, train, held, reward_fn, ex.device, ex.dtype, ex.gradient_checkpointing, ex.resume, progress, start)
     else: _run_parallel(jobs, init, train, held, reward_fn, ex, start, progress)
-    from hara_ref.training import read_jsonl
+    from hara_ref.rl import read_jsonl
     return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d in jobs}, start
 
 # %% ../nbs/12_hora.ipynb #63c1a5fa
 def compare_table(runs:dict, start:dict|None=None, rollouts:dict|None=None) -> str:
     "Markdown table per variant: mean ± std over seeds of final pass@1 / pass@k and of training statistics."
-    from hara_ref.training import _by_variant
+    from hara_ref.experiment import _by_variant
     def ms(vals, d=3): v = torch.tensor(vals, dtype=torch.float64); return f"{v.mean():.{d}f} ± {(v.std() if len(v) > 1 else torch.tensor(0.)):.{d}f}"
     last = lambda r: [x for x in r if x['kind'] == 'eval'][-1]
     tr = lambda r, k: sum(x.get(k, 0.) for x in r if x['kind'] == 'train') / max(1, sum(x['kind'] == 'train' for x in r))
@@ -151,7 +154,8 @@ def compare_table(runs:dict, start:dict|None=None, rollouts:dict|None=None) -> s
 # %% ../nbs/12_hora.ipynb #a4b705c9
 def compare_cli(argv:list, prog:str, variants_of) -> int:
     "Body of `hara-ref compare ...`: `hara-ref train`'s flags, the variants `variants_of(cfg)` returns, a markdown table."
-    from hara_ref.training import train_parser, configs_from_args, _set_threads
+    from hara_ref.cli import train_parser, configs_from_args
+    from hara_ref.experiment import _set_threads
     p = train_parser(); p.prog, p.description = prog, f"{prog}: compute-matched comparison over seeds (flags as for hara-ref train; --method/--reweight are set per variant)."
     try: args = p.parse_args(list(argv))
     except SystemExit as e: return int(e.code or 0)

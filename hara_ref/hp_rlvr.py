@@ -102,7 +102,7 @@ def two_readings(model, tokenizer, prompt_ids, prompt_mask, # (B, P) the prompts
                  prompts:list, texts:list, rewards:list, # (B,) prompt strings, decoded responses, rewards
                 ) -> tuple: # causal logits (B, T, V), hindsight logits (B, T, V)
     "Score the response tokens under their causal history and under the hindsight context, with the same weights."
-    from hara_ref.training import encode_prompts
+    from hara_ref.policy import encode_prompts
     causal = response_logits(model, prompt_ids, prompt_mask, resp_ids, resp_mask)  # (B, T, V)
     ctx = [hindsight_context(p, y, x) for p, y, x in zip(prompts, texts, rewards)]
     hi, hm = encode_prompts(tokenizer, ctx, None, prompt_ids.device)  # (B, P')
@@ -111,7 +111,7 @@ def two_readings(model, tokenizer, prompt_ids, prompt_mask, # (B, P) the prompts
 # %% ../nbs/13_hp_rlvr.ipynb #738390e7
 def _step_metrics(r, entropy, rm, w, A) -> dict:
     "What a step logs: chapter 10's keys, with zero credit (r = b) as the zero-std share, plus weight and credit statistics."
-    from hara_ref.training import masked_mean
+    from hara_ref.grpo import masked_mean
     ww, zero = w[rm], (A.abs().sum(1) == 0)  # (tokens,), (B,)
     return dict(reward=r.mean().item(), entropy=masked_mean(entropy, rm).item(), length=rm.sum(1).float().mean().item(),
                 zero_std_frac=zero.float().mean().item(), hit_frac=r.gt(0.5).float().mean().item(), w_mean=ww.mean().item(),
@@ -119,7 +119,8 @@ def _step_metrics(r, entropy, rm, w, A) -> dict:
 
 def hp_rlvr_step(model, opt, tokenizer, items:list, cfg, reward_fn, generator, ref_model=None, memory:dict|None=None) -> dict:
     "One HP-RLVR step: one rollout per prompt, hindsight weights (Eq. 1), historical-baseline credit (Eq. 2), PPO-clip update."
-    from hara_ref.training import encode_prompts, sample, pad_id, rewards_of, policy_forward, ppo_update
+    from hara_ref.policy import encode_prompts, sample, pad_id, policy_forward
+    from hara_ref.rl import rewards_of, ppo_update
     from hara_ref.rlvr import token_logprobs
     t, t0, dev = {}, time.perf_counter(), model.device
     prompts = [it['prompt'] for it in items]

@@ -16,7 +16,7 @@ __all__ = ['TRL_LOSS', 'hara_config_of', 'grpo_config_of', 'trl_dataset', 'trl_r
 TRL_LOSS = {'grpo': 'grpo', 'drgrpo': 'dr_grpo', 'dapo': 'dapo'}  # our base method -> TRL's loss_type
 
 def hara_config_of(cfg) -> HaraConfig:
-    "The `HaraConfig` of a `TrainConfig`: the same knobs and optional iteration caps as chapter 10's `token_advantages`."
+    "The `HaraConfig` of a `TrainConfig`: the same knobs and optional iteration caps as chapter 10a's `credit_advantages`."
     from hara_ref.trl import HaraConfig
     cap = {} if cfg.sinkhorn_iters is None else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters))
     if cfg.reweight == 'none': return HaraConfig(reweight='none')
@@ -58,7 +58,7 @@ def trl_reward(reward_fn):
 def metrics_callback(run_dir, tag:dict, k:int, eval_fn, eval_every:int, bar=None):
     "A `TrainerCallback` writing our `metrics.jsonl` rows: one 'train' row per RL step (k optimizer steps), 'eval' rows every `eval_every`."
     from transformers import TrainerCallback
-    from hara_ref.training import append_jsonl
+    from hara_ref.rl import append_jsonl
     class Rows(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
             if not logs or 'reward' not in logs: return
@@ -76,9 +76,10 @@ def metrics_callback(run_dir, tag:dict, k:int, eval_fn, eval_every:int, bar=None
 # %% ../nbs/15_trl_train.ipynb #fb9d009e
 def train_run_trl(cfg, run_dir, init_path, train_items:list, eval_items:list, reward_fn, device='cpu', dtype:str='fp32',
                   gradient_checkpointing:bool=False, progress:bool=True, start_eval:dict|None=None) -> list:
-    "One seeded run of `HaraGRPOTrainer` from `init_path`, written like `hara_ref.training.train_run` (metrics.jsonl, final/)."
+    "One seeded run of `HaraGRPOTrainer` from `init_path`, written like `hara_ref.rl.train_run` (metrics.jsonl, final/)."
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from hara_ref.training import load_policy, save_policy, evaluate, append_jsonl, read_jsonl, _tqdm
+    from hara_ref.policy import load_policy, save_policy
+    from hara_ref.rl import evaluate, append_jsonl, read_jsonl, _tqdm
     from hara_ref.trl import HaraGRPOTrainer
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True); (run_dir / 'metrics.jsonl').unlink(missing_ok=True)
     model, tok = load_policy(init_path, device, dtype)
@@ -98,7 +99,9 @@ def train_run_trl(cfg, run_dir, init_path, train_items:list, eval_items:list, re
 # %% ../nbs/15_trl_train.ipynb #1b4ea93a
 def train_cli_trl(ex, cfg) -> int:
     "`hara-ref train --engine trl`: the experiment of `hara-ref train` (SFT once, every variant and seed) through `HaraGRPOTrainer`."
-    from hara_ref.training import prepare_start, evaluate, load_policy, plot_runs, summarize, variant_name, read_jsonl, _set_threads
+    from hara_ref.policy import load_policy
+    from hara_ref.rl import evaluate, read_jsonl
+    from hara_ref.experiment import prepare_start, plot_runs, summarize, variant_name, _set_threads
     bad = ("--resume is not supported" if ex.resume else f"--method {cfg.method} is not a TRL loss" if cfg.method not in TRL_LOSS
            else "--allocation must be uniform" if getattr(cfg, 'allocation', 'uniform') != 'uniform' else None)
     if bad: print(f"hara-ref train: error: {bad} with --engine trl (it supports --method {'|'.join(TRL_LOSS)}, fresh runs)", file=sys.stderr); return 2

@@ -1,7 +1,7 @@
 "Tests for hara_ref.complexity (Theorem 3.3 measurements and `hara-ref bench ot`)."
 import json, numpy as np, pytest, torch
-from hara_ref.complexity import (bench_ot_cli, LargestTensor, linearized_pipeline, bench_rollouts, loglog_slope,
-                                 format_barycenter_row, pot_fgw_barycenter)
+from hara_ref.complexity import LargestTensor, linearized_pipeline, bench_rollouts, loglog_slope, pot_fgw_barycenter, timed
+from hara_ref.bench import bench_ot_cli, format_barycenter_row
 
 def test_bench_ot_quick_prints_ratio_lines(capsys, tmp_path):
     out = tmp_path / 'bench.json'
@@ -43,3 +43,11 @@ def test_pot_reference_runs():
     assert X.shape == (5, 4) and n == 1  # POT 0.9.7 stops after one outer iteration with a fixed structure
     X2, n2 = pot_fgw_barycenter(h, m, L_b=5, stop_criterion='loss')
     assert n2 >= 1 and np.isfinite(X2).all()
+
+
+def test_timed_min_and_median(monkeypatch):
+    import time
+    for stat, want in (('min', 1.), ('median', 2.)):
+        clock = iter([0., 1., 1., 4., 4., 6.])  # runs of 1, 3 and 2 seconds
+        monkeypatch.setattr(time, 'perf_counter', lambda: next(clock))
+        assert timed(lambda: 7, 3, stat=stat) == (want, 7)

@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from hara_ref.hara import (hara_advantages, hara_novelty, hara_weights, relative_novelty, span_ids, span_novelty,
                            token_contributions, lifted_cost, outcome_groups, pack_slots, check_rollouts,
                            shear_weights, shear_advantages, entropy_weights, entropy_advantages, position_weights,
-                           position_advantages, reweight_advantages, METHODS, token_entropy, bench_hara_cli, window_starts)
+                           position_advantages, reweight_advantages, METHODS, token_entropy, window_starts)
+from hara_ref.bench import bench_hara_cli
 from hara_ref.grpo import base_advantages
 from hara_ref.data import planted_stage_rollouts
 from test_hara_novelty import gauss_batch as _gauss_batch  # i.i.d. Gaussian rollouts, 4 prompts x 8

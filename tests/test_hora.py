@@ -9,7 +9,9 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
 from hara_ref.hora import lgamma_diff, log_miss, hit_utility, log_marginal_gain, allocate, hora_rollouts, hora_variants, compare_hora_cli
-from hara_ref.training import char_tokenizer, tiny_qwen3, TrainConfig, train_cli, read_jsonl, train_parser, configs_from_args
+from hara_ref.policy import char_tokenizer, tiny_qwen3
+from hara_ref.rl import TrainConfig, read_jsonl
+from hara_ref.cli import train_cli, train_parser, configs_from_args
 
 
 SET = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -10,8 +10,9 @@ from scipy.spatial.distance import jensenshannon
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
 from hara_ref.hp_rlvr import (hindsight_weights, history_baseline, update_history, hindsight_credit, hindsight_context,
                               response_logits, hp_rlvr_step, hp_variants, compare_hp_cli)
-from hara_ref.training import (char_tokenizer, tiny_qwen3, TrainConfig, train_cli, read_jsonl, load_trainer_state, train_parser,
-                               configs_from_args, rl_step)
+from hara_ref.policy import char_tokenizer, tiny_qwen3
+from hara_ref.rl import TrainConfig, read_jsonl, load_trainer_state, rl_step
+from hara_ref.cli import train_cli, train_parser, configs_from_args
 
 
 SET = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,9 +4,10 @@ from pathlib import Path
 import pytest, torch
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
-from hara_ref.training import (char_tokenizer, tiny_qwen3, save_policy, load_policy, encode_prompts, sample, policy_forward, pad_id,
-                               TrainConfig, token_advantages, ppo_update, train_run, read_jsonl, load_trainer_state, train_cli,
-                               builtin_items, evaluate, sft)
+from hara_ref.policy import char_tokenizer, tiny_qwen3, save_policy, load_policy, encode_prompts, sample, policy_forward, pad_id
+from hara_ref.rl import (TrainConfig, credit_advantages, ppo_update, train_run, read_jsonl, load_trainer_state, builtin_items, evaluate,
+                         sft)
+from hara_ref.cli import train_cli
 from hara_ref.rlvr import exact_match_reward
 
 torch.set_num_threads(1)
@@ -59,7 +60,7 @@ def test_fixed_batch_raises_rewarded_lowers_others(tok, reweight):
     with torch.no_grad(): old, ent, h = policy_forward(m, pi, pm, ri, rm, -1)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        A, stats = token_advantages(cfg, h, rm, r, gid, ent)
+        A, stats = credit_advantages(cfg, h, rm, r, gid, ent)
     assert A.shape == rm.shape and ((A > 0) == (r[:, None] > 0).expand_as(A) & rm).all()
     opt = torch.optim.AdamW(m.parameters(), lr=cfg.lr)
     for _ in range(4): ppo_update(m, opt, pi, pm, ri, rm, old, A, torch.ones(8, dtype=torch.bool), cfg, torch.Generator().manual_seed(0))
@@ -143,3 +144,42 @@ def test_sft_learns_the_format(tok):
     assert losses[-1] < 0.5 * losses[0]
     ev = evaluate(m, tok, items[:8], exact_match_reward, n_samples=2, max_new_tokens=24)
     assert 0 <= ev['pass1'] <= ev['passk'] <= 1 and ev['length'] > 0
+
+
+@pytest.mark.parametrize('chunk', [1, 7, 64, 4096])
+def test_chunked_scoring_equals_unchunked_at_qwen3_vocab(tok, chunk):
+    """At V = 151,936 the chunked log-probs, entropies and their gradients equal the model's own (B, T, V) logits'."""
+    m = tiny_qwen3(tok, hidden_size=16, n_heads=2, n_kv_heads=1, seed=2, vocab_size=151_936)
+    pi, pm = encode_prompts(tok, ['1+2=', '10+20+30='])
+    g = torch.Generator().manual_seed(0)
+    ri = torch.randint(0, 151_936, (2, 9), generator=g); rm = torch.ones(2, 9, dtype=torch.bool); rm[1, 6:] = False
+    grads = {}
+    for c in (None, chunk):
+        m.zero_grad()
+        lp, ent, h = policy_forward(m, pi, pm, ri, rm, hidden_layer=-1, chunk_tokens=c)
+        (lp[rm].sum() + ent[rm].sum()).backward()
+        grads[c] = (lp.detach(), ent.detach(), h.detach(), m.model.embed_tokens.weight.grad.clone())
+    for a, b in zip(grads[None][:3], grads[chunk][:3]): torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-5)
+    g0, g1 = grads[None][3], grads[chunk][3]  # float32 sums over V = 151,936 terms in another order: relative to the scale
+    assert (g1 - g0).abs().max() <= 1e-4 * g0.abs().max(), ((g1 - g0).abs().max(), g0.abs().max())
+    assert bool(((grads[chunk][1] >= 0) & (grads[chunk][1] <= torch.log(torch.tensor(151_936.)) + 1e-4)).all())
+
+
+def test_training_module_re_exports():
+    import hara_ref.training as tr, hara_ref.rl as rl, hara_ref.policy as po, hara_ref.experiment as ex, hara_ref.cli as cli
+    assert tr.TrainConfig is rl.TrainConfig and tr.policy_forward is po.policy_forward
+    assert tr.ExperimentConfig is ex.ExperimentConfig and tr.train_cli is cli.train_cli
+    assert all(hasattr(tr, n) for n in tr.__all__) and not hasattr(tr, 'token_advantages')
+
+
+def test_train_flags_come_from_the_configs():
+    from hara_ref.cli import train_parser
+    from hara_ref.rl import TrainConfig
+    from hara_ref.experiment import ExperimentConfig
+    p = train_parser()
+    assert p.get_default('lr') == TrainConfig.lr and p.get_default('hidden_size') == ExperimentConfig.hidden_size
+    assert p.get_default('layers') == ExperimentConfig.n_layers and p.get_default('reweight') == ExperimentConfig.reweights
+    assert p.get_default('clip_eps_high') is None and TrainConfig(method='dapo').clip_eps_high == 0.28
+    for flag in ('--gradient-checkpointing', '--L-b', '-G', '--engine', '--first-wave', '--sft-shuffle', '--overlong-cache'):
+        assert flag in p._option_string_actions, flag
+    assert train_cli(['--dtype', 'fp8']) == 2

@@ -9,7 +9,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 from hara_ref.hara import hara_advantages, reweight_advantages, token_entropy
-from hara_ref.training import char_tokenizer, tiny_qwen3, save_policy, train_cli
+from hara_ref.policy import char_tokenizer, tiny_qwen3, save_policy
+from hara_ref.cli import train_cli
 from hara_ref.trl import HaraConfig, HaraGRPOTrainer, token_advantages, rollout_labels
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,7 +169,7 @@ def test_hara_ref_train_engine_trl(tmp_path, capsys):
 
 @pytest.mark.parametrize('extra, msg', [(['--method', 'rloo'], 'not a TRL loss'), (['--resume'], '--resume')])
 def test_engine_trl_refuses_what_it_cannot_do(tmp_path, capsys, extra, msg):
-    from hara_ref.training import BASE_METHODS
+    from hara_ref.rl import BASE_METHODS
     if 'rloo' in extra and 'rloo' not in BASE_METHODS: pytest.skip('no rloo method in this version of the trainer')
     assert train_cli(['--engine', 'trl', '--out', str(tmp_path / 'r')] + extra) == 2
     assert msg in capsys.readouterr().err and not (tmp_path / 'r' / 'sft').exists()
