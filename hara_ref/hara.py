@@ -4,7 +4,7 @@
 
 # %% ../nbs/09_hara.ipynb #edbca079
 from __future__ import annotations
-import argparse, math, time
+import math
 from dataclasses import dataclass, field
 import warnings
 import torch
