@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 KATEX = '0.19.1'  # KaTeX version from the npm registry
-SKIP_FLAGS = {'notest', 'slow'}  # settings.ini tst_flags: cells nbdev_test skips are skipped here too
+SKIP_FLAGS = {'notest'}  # cells never run; `slow` cells (which nbdev_test skips) do run here, so the site shows their figures and numbers
 
 def katex_bundle(cache:Path=ROOT/'.cache') -> Path:
     "Folder with katex.min.js, katex.min.css, fonts/ and LICENSE of KaTeX `KATEX`, fetched by `npm pack` once."
