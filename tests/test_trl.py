@@ -109,12 +109,12 @@ def test_rollout_labels_unscorable_rows_get_their_own_group():
     r, gid = rollout_labels(rpf, torch.tensor([1., 2.]), 2)
     assert r.tolist() == [1., 2., 0., 3.] and gid.tolist() == [0, 0, 6, 1]
 
-def run_killing_group(cmd:list, env:dict, timeout:float) -> subprocess.CompletedProcess:
-    "subprocess.run in a new session; on timeout the whole process group (the launcher and its ranks) is killed, so no rank lingers."
+def run_killing_group(cmd:list, env:dict, timeout:float, marker:str) -> subprocess.CompletedProcess:
+    "subprocess.run in a new session; on timeout the launcher's process group and every process whose command line holds `marker` (the ranks run in sessions of their own) are killed."
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try: out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL); p.communicate(); raise
+        os.killpg(p.pid, signal.SIGKILL); subprocess.run(['pkill', '-9', '-f', marker]); p.communicate(); raise
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 @pytest.mark.parametrize('per_process', [2, 4])
@@ -127,7 +127,7 @@ def test_two_processes_match_one(tiny, tmp_path, per_process):
                         '--mixed_precision', 'no', '--dynamo_backend', 'no', '--main_process_port', str(port)]
     for attempt, port in enumerate((29517, 29533, 29549)):  # a run that hangs (seen on a loaded machine: one rank waiting after the other exited) is retried
         try:
-            r2 = run_killing_group(acc(port) + [str(script), str(tiny), str(two), str(per_process), '3', 'dapo'], {**env, 'CUDA_VISIBLE_DEVICES': ''}, 300)
+            r2 = run_killing_group(acc(port) + [str(script), str(tiny), str(two), str(per_process), '3', 'dapo'], {**env, 'CUDA_VISIBLE_DEVICES': ''}, 300, str(two))
             break
         except subprocess.TimeoutExpired:
             if attempt == 2: raise

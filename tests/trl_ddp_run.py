@@ -41,6 +41,7 @@ def main(model, out, per_device, steps, loss_type='grpo'):
         params = {n: q.detach().clone() for n, q in tr.model.named_parameters()}
         torch.save(dict(adv=tr.seen, params=params, world=tr.accelerator.num_processes), out)
     tr.accelerator.wait_for_everyone()
-    if torch.distributed.is_initialized(): torch.distributed.destroy_process_group()
+    sys.stdout.flush(); sys.stderr.flush()
+    os._exit(0)  # no process-group or interpreter teardown: a rank used to hang there (futex wait) after the other had exited
 
 if __name__ == '__main__': main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
