@@ -10,7 +10,8 @@ import numpy as np, torch, ot
 from .sinkhorn import sinkhorn_log
 from .linearization import linearized_barycenter
 from .complexity import bench_rollouts, pot_fgw_barycenter, timed, loglog_slope
-from .hara import hara_advantages, BARY_DEFAULTS
+from .hara import hara_advantages
+from .novelty import BARY_DEFAULTS
 from .cli import add_dataclass_flags
 
 # %% auto #0

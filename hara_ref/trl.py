@@ -9,7 +9,9 @@ from dataclasses import dataclass, field, replace
 import torch
 from trl import GRPOTrainer  # absolute import: the installed TRL package, not this module
 from trl.models.utils import disable_gradient_checkpointing
-from .hara import hara_advantages, hara_novelty, reweight_advantages, step_boundaries
+from .hara import hara_advantages, reweight_advantages
+from .novelty import hara_novelty
+from .rollouts import step_boundaries
 
 # %% auto #0
 __all__ = ['REWEIGHTS', 'GRANULARITIES', 'HaraConfig', 'check_hara_config', 'oracle_kwargs', 'needs_hidden', 'token_advantages',

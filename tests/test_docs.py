@@ -101,5 +101,5 @@ def test_index_links_every_chapter(tmp_path):
         if nb.stem == 'index': continue
         assert f'<td><a href="{nb.stem}.html"><code>{nb.stem}</code></a></td>' in table, f'{nb.stem} missing from the chapter map'
         assert (tmp_path/f'{nb.stem}.html').is_file()
-    nav = re.search(r'<nav>(.*?)</nav>', (tmp_path/'09_hara.html').read_text(), re.S)[1]
+    nav = re.search(r'<nav>(.*?)</nav>', (tmp_path/'09c_hara.html').read_text(), re.S)[1]
     assert re.findall(r'href="(\w+)\.html"', nav)[1:] == ['index', 'hara_math'] + [n.stem for n in nbs if n.stem not in ('index', 'hara_math')]

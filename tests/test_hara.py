@@ -1,4 +1,4 @@
-"Property, cross-check and bad-input tests for hara_ref.hara (chapter 09)."
+"Property, cross-check and bad-input tests for hara_ref.hara (chapters 09-09c; imported through `hara_ref.hara`, which re-exports them)."
 import math, warnings
 import numpy as np
 import pytest

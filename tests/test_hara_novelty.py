@@ -1,11 +1,13 @@
-"Novelty relative to the group, converged defaults, notes and warnings on caps, and bad input in the oracle path (chapter 09)."
+"Novelty relative to the group, converged defaults, notes and warnings on caps, and bad input in the oracle path (chapters 09_rollouts, 09a_novelty, 09c_hara)."
 import warnings
 import numpy as np
 import pytest
 import torch
 
-from hara_ref.hara import (hara_advantages, hara_novelty, local_assignment, stage_versions, group_median, version_excess,
-                           group_mean, relative_to_group, lifted_cost, outcome_groups, BARY_DEFAULTS, FINAL_SINKHORN)
+from hara_ref.hara import hara_advantages
+from hara_ref.novelty import (hara_novelty, local_assignment, stage_versions, version_excess, relative_to_group, lifted_cost,
+                              BARY_DEFAULTS, FINAL_SINKHORN)
+from hara_ref.rollouts import group_median, group_mean, outcome_groups
 from hara_ref.fgw import chain_positions, normalize_features
 from hara_ref.linearization import lift
 from hara_ref.data import planted_stage_rollouts
