@@ -110,7 +110,7 @@ def two_readings(model, tokenizer, prompt_ids, prompt_mask, # (B, P) the prompts
 
 # %% ../nbs/13_hp_rlvr.ipynb #738390e7
 def _step_metrics(r, entropy, rm, w, A) -> dict:
-    "What a step logs: chapter 10's keys, with zero credit (r = b) as the zero-std share, plus weight and credit statistics."
+    "What a step logs: chapter 10a's keys, with zero credit (r = b) as the zero-std share, plus weight and credit statistics."
     from hara_ref.grpo import masked_mean
     ww, zero = w[rm], (A.abs().sum(1) == 0)  # (tokens,), (B,)
     return dict(reward=r.mean().item(), entropy=masked_mean(entropy, rm).item(), length=rm.sum(1).float().mean().item(),
