@@ -63,7 +63,8 @@ def hara_advantages(
     boundaries:torch.Tensor|None=None, # 'span': (B, T) bool, True where a reasoning step starts
     kappa:float=1.0, w_min:float=0.5, w_max:float=2.0, # the weight map (ours: κ=1, [0.5, 2])
     reference:str='group', # relative novelty: 'group' (stage by stage, the default) | 'barycenter' (n / n̄_g)
-    **novelty_kw, # metric, alpha (0.25), L_b (32), reg (0.05), normalize ('unit'), bary_kw, final_plans, sinkhorn_kw
+    **novelty_kw, # metric, alpha (0.25), L_b (32), reg (0.05), normalize ('unit'), bary_kw, final_plans, sinkhorn_kw,
+                  # barycenter ('linearized' | 'exact', chapter 09d)
 ) -> tuple:
     "HARA oracle: token advantages (B, T) = base advantages reweighted by FGW novelty, and a `Reweighting` record."
     if granularity not in ('seq', 'tok', 'span'): raise ValueError(f"granularity must be 'seq', 'tok' or 'span', got {granularity!r}")

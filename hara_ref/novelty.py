@@ -195,12 +195,12 @@ def _group_notes(
     return notes
 
 # %% ../nbs/09a_novelty.ipynb #a548da0f
-def _cap_notes(info:dict, bary_kw:dict, final_kw:dict|None) -> list:
-    "One note per iteration cap that `group_barycenters` hit (outer iterations, final plans)."
+def _cap_notes(info:dict, bary_kw:dict, final_kw:dict|None, kind:str='linearized') -> list:
+    "One note per iteration cap the barycenter solver hit (outer iterations, final plans); `kind` names the barycenter."
     notes = []
     if not info['converged']:
         bad = int((~info['converged_group']).sum())
-        notes.append(f"linearized barycenter: {bad} of {len(info['converged_group'])} outcome groups stopped at max_iter={bary_kw['max_iter']} "
+        notes.append(f"{kind} barycenter: {bad} of {len(info['converged_group'])} outcome groups stopped at max_iter={bary_kw['max_iter']} "
                      f"without reaching tol={bary_kw['tol']:.0e}")
     if final_kw is not None and info.get('final_unconverged', 0):
         notes.append(f"final plans: {info['final_unconverged']} Sinkhorn problems stopped at num_iter_max={final_kw['num_iter_max']} "
@@ -246,14 +246,16 @@ def hara_novelty(
     L_b:int=32, # barycenter size (paper: 32)
     reg:float=0.05, # entropic ε (paper: 0.05)
     normalize:str='unit', # feature normalisation (ours: unit norm)
-    bary_kw:dict|None=None, # more keyword arguments for `group_barycenters` (max_iter, tol, inner_iter, warn, ...)
+    bary_kw:dict|None=None, # more keyword arguments for `group_barycenters` (max_iter, tol, inner_iter, warn, ...), or `exact_group_barycenters`
     final_plans:bool=True, # solve one more Sinkhorn to the returned barycenter (False: reuse the last iteration's plans)
     sinkhorn_kw:dict|None=None, # keyword arguments for that final `sinkhorn_log` (num_iter_max, stop_thr, ...)
     checked:bool=False, # the inputs already went through `check_rollouts` (skip a second pass over hidden)
+    barycenter:str='linearized', # 'linearized' (`group_barycenters`) | 'exact' (chapter 09d's `exact_group_barycenters`; no final plans)
 ) -> Novelty:
-    "Token and sequence novelty of every rollout relative to its outcome group's linearized barycenter (nbs/hara_math.ipynb §6)."
+    "Token and sequence novelty of every rollout relative to its outcome group's barycenter, linearized or exact (nbs/hara_math.ipynb §6)."
     hidden, mask, rewards, group_ids, notes = (hidden, mask, rewards, group_ids, []) if checked else check_rollouts(hidden, mask, rewards, group_ids)
     if metric not in ('fgw', 'w', 'gw', 'embed'): raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {metric!r}")
+    if barycenter not in ('linearized', 'exact'): raise ValueError(f"barycenter must be 'linearized' or 'exact', got {barycenter!r}")
     alpha, reg = {'w': 0., 'gw': 1.}.get(metric, _scalar('alpha', alpha, 0, 1)), _scalar('reg', reg, 0, math.inf, open_low=True)
     (B, T, d), L = hidden.shape, mask.sum(-1)  # L: (B,)
     og, _ = outcome_groups(rewards, group_ids)
@@ -266,13 +268,15 @@ def hara_novelty(
     if slots.numel():
         groups = torch.unique(og[computed])  # (G',) computed outcome groups, in the order of `slots`
         gc = torch.where(computed, torch.searchsorted(groups, og), -1)  # (B,) computed group of each rollout, -1 = none
-        fs = {**FINAL_SINKHORN, **(sinkhorn_kw or {})} if final_plans and metric != 'embed' else None
+        fs = {**FINAL_SINKHORN, **(sinkhorn_kw or {})} if final_plans and metric != 'embed' and barycenter == 'linearized' else None
         if fs is not None and 'stop_thr' not in (sinkhorn_kw or {}): fs['stop_thr'] = max(fs['stop_thr'], 100 * torch.finfo(hidden.dtype).eps)  # float32: rounding level
-        bk = {**BARY_DEFAULTS, **(bary_kw or {})}
-        Z, info = group_barycenters(hidden, mask, gc, len(groups), alpha=alpha, L_b=L_b, reg=reg, normalize=normalize, final_sinkhorn=fs, **bk)  # (G', L_b, d)
+        if barycenter == 'exact': from hara_ref.exact import EXACT_DEFAULTS, exact_group_barycenters  # here: hara_ref.exact imports this module
+        bk = {**(EXACT_DEFAULTS if barycenter == 'exact' else BARY_DEFAULTS), **(bary_kw or {})}
+        Z, info = (exact_group_barycenters(hidden, mask, gc, len(groups), alpha=alpha, L_b=L_b, normalize=normalize, **bk) if barycenter == 'exact'
+                   else group_barycenters(hidden, mask, gc, len(groups), alpha=alpha, L_b=L_b, reg=reg, normalize=normalize, final_sinkhorn=fs, **bk))  # (G', L_b, d)
         tau_bar, it, sk, iters = info['tau_bar'].to(hidden.dtype), info['n_iter'], {'barycenter': info['sinkhorn_iters']}, info['n_iter_group']
         if fs is not None: sk['final'] = info['final_sinkhorn_iters']
-        caps = _cap_notes(info, bk, fs)
+        caps = _cap_notes(info, bk, fs, barycenter)
         for n in caps: warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)
         notes += caps
         contrib = _embed_contributions(hidden, mask, gc, Z, normalize) if metric == 'embed' else info['token_cost']  # (B, T)
