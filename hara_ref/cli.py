@@ -16,6 +16,7 @@ COMMANDS = {  # subcommand path -> (module, function, one-line help)
     ('train',): ('hara_ref.cli', 'train_cli', 'RLVR training of a Qwen3 model: SFT warm-start, then GRPO vs HARA'),
     ('bench', 'ot'): ('hara_ref.bench', 'bench_ot_cli', 'benchmark: linearized vs exact FGW barycenter, batched Sinkhorn vs POT'),
     ('bench', 'hara'): ('hara_ref.bench', 'bench_hara_cli', 'benchmark: hara_advantages vs its matrix-product lower bound'),
+    ('study',): ('hara_ref.study', 'study_cli', "the paper's experiments at our scale: Tables 1-4, Figures 4-7, paired over seeds"),
     ('compare', 'hora'): ('hara_ref.hora', 'compare_hora_cli', 'uniform vs HORA rollout allocation (GRPO, RLOO), compute-matched, over seeds'),
     ('compare', 'hp-rlvr'): ('hara_ref.hp_rlvr', 'compare_hp_cli', 'GRPO vs HP-RLVR at 1/G and at matched rollouts, over seeds'),
 }

@@ -9,13 +9,15 @@ from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import torch
 from .data import is_heldout
-from .rlvr import exact_match_reward, math_reward
+from .rlvr import math_reward
+from .countdown import Task, builtin_task
 from .policy import DTYPES, char_tokenizer, tiny_qwen3, load_policy, save_policy
 from .rl import (TrainConfig, REWEIGHTS, builtin_items, load_jsonl, sft, evaluate, train_run, read_jsonl,
                          load_trainer_state, _tqdm)
 
 # %% auto #0
-__all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'prepare_start', 'run_experiment', 'plot_runs', 'summarize']
+__all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'experiment_task', 'prepare_start', 'run_experiment',
+           'plot_runs', 'summarize']
 
 # %% ../nbs/10b_experiment.ipynb #3023c47f
 @dataclass
@@ -32,7 +34,8 @@ class ExperimentConfig:
     gradient_checkpointing:bool = False
     workers:int|None = None       # parallel runs (None: 2 on a CPU with >= 2 cores, 1 on a GPU)
     threads:int|None = None       # torch threads per worker (None: cores / workers)
-    n_terms:int = 3               # built-in task difficulty: terms per problem ...
+    task:str = 'sum'              # built-in task: 'sum' (chapter 00, addition) | 'countdown' (chapter 00a)
+    n_terms:int = 3               # addition task difficulty: terms per problem ...
     max_value:int = 49            # ... and their largest value
     sft_steps:int|None = None     # SFT warm-start steps (None: 600 for the built-in model, 0 with model or data)
     sft_batch:int = 64
@@ -55,6 +58,7 @@ def experiment_errors(ex:ExperimentConfig) -> list:
     if not ex.reweights: bad.append(f"`reweights` is empty: use a comma list of {REWEIGHTS}")
     if not ex.seeds: bad.append("`seeds` is empty")
     if ex.dtype not in DTYPES: bad.append(f"`dtype` must be one of {tuple(DTYPES)}, got {ex.dtype!r}")
+    if ex.task not in ('sum', 'countdown'): bad.append(f"`task` must be 'sum' or 'countdown', got {ex.task!r}")
     if ex.engine not in ('ours', 'trl'): bad.append(f"`engine` must be 'ours' or 'trl', got {ex.engine!r}")
     if ex.data and ex.sft_steps: bad.append("the SFT warm start needs the built-in task's scratchpads; use sft_steps 0 with `data`")
     return bad
@@ -77,33 +81,41 @@ def _set_threads(n:int):
     from transformers.utils import logging as hf_logging
     torch.set_num_threads(max(1, n)); torch.set_flush_denormal(True); hf_logging.disable_progress_bar()
 
+def experiment_task(ex:ExperimentConfig) -> Task|None:
+    "The built-in task of `ex` with its knobs (None when `ex.data` names a dataset)."
+    if ex.data: return None
+    return builtin_task('sum', n_terms=ex.n_terms, max_value=ex.max_value, p_shuffle=ex.sft_shuffle) if ex.task == 'sum' else builtin_task(ex.task)
+
+def _strategy_fn(ex:ExperimentConfig):
+    "The task's strategy function, for distinct correct strategies at evaluation (None with `data`)."
+    t = experiment_task(ex); return t.strategy if t else None
+
 def _job(args):
     "Worker entry point: one `train_run` (top-level so that a spawned process can import it)."
     cfg, run_dir, init, tr, ev, rf, ex, start_eval, q = args
     _set_threads(ex.threads)
     report = (lambda n: q.put(n)) if q is not None else False
-    train_run(cfg, run_dir, init, tr, ev, rf, ex.device, ex.dtype, ex.gradient_checkpointing, ex.resume, report, start_eval)
+    train_run(cfg, run_dir, init, tr, ev, rf, ex.device, ex.dtype, ex.gradient_checkpointing, ex.resume, report, start_eval, _strategy_fn(ex))
     return str(run_dir)
 
 # %% ../nbs/10b_experiment.ipynb #31de7207
 def prepare_start(ex:ExperimentConfig, eval_prompts:int=100, progress:bool=True) -> tuple:
     "The start checkpoint (built-in: tiny Qwen3 after SFT, once) and the train / held-out items with their reward."
     out = Path(ex.out)
-    if ex.data: items = load_jsonl(ex.data); reward_fn = math_reward
-    else: items, reward_fn = None, exact_match_reward
+    task = experiment_task(ex)
     if ex.data:
+        items, reward_fn = load_jsonl(ex.data), math_reward
         train = [it for it in items if not is_heldout(it['prompt'], ex.heldout_frac)]
         held = [it for it in items if is_heldout(it['prompt'], ex.heldout_frac)] or items[:1]
     else:
-        train = builtin_items(4000, 'train', 0, ex.n_terms, ex.max_value)
-        held = builtin_items(eval_prompts, 'test', 0, ex.n_terms, ex.max_value, distinct=True)
+        train, held, reward_fn = builtin_items(4000, 'train', 0, task=task), builtin_items(eval_prompts, 'test', 0, distinct=True, task=task), task.reward
     if ex.model and not ex.sft_steps: return Path(ex.model), train, held, reward_fn
     init = out / 'sft'
     if ex.resume and (init / 'config.json').exists(): return init, train, held, reward_fn
     if ex.model: model, tok = load_policy(ex.model, ex.device, ex.dtype)
     else: tok = char_tokenizer(); model = tiny_qwen3(tok, ex.hidden_size, ex.n_layers).to(ex.device)
     bar = _tqdm(total=ex.sft_steps, desc='SFT warm start') if progress else None
-    losses = sft(model, tok, [it['problem'] for it in train], ex.sft_steps, ex.sft_batch, ex.sft_lr, p_shuffle=ex.sft_shuffle, progress=bar)
+    losses = sft(model, tok, [it['problem'] for it in train], ex.sft_steps, ex.sft_batch, ex.sft_lr, p_shuffle=ex.sft_shuffle, progress=bar, demo=task.demo if task else None)
     if bar is not None: bar.close()
     save_policy(model, tok, init)
     (out / 'sft_loss.json').write_text(json.dumps(losses))
@@ -122,11 +134,11 @@ def run_experiment(ex:ExperimentConfig, cfg:TrainConfig, progress:bool=True) -> 
     if ex.resume and se_path.exists(): start_eval = json.loads(se_path.read_text())
     else:
         model, tok = load_policy(init, ex.device, ex.dtype)
-        start_eval = evaluate(model, tok, held, reward_fn, cfg.eval_samples, cfg.temperature, cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len)
+        start_eval = evaluate(model, tok, held, reward_fn, cfg.eval_samples, cfg.temperature, cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len, strategy_fn=_strategy_fn(ex))
         se_path.write_text(json.dumps(start_eval))
     jobs = [(replace(cfg, reweight=rw, seed=s), out / 'runs' / f"{variant_name(cfg.method, rw, cfg.allocation)}-s{s}") for rw in ex.reweights for s in ex.seeds]
     if ex.workers <= 1:
-        for c, d in jobs: train_run(c, d, init, train, held, reward_fn, ex.device, ex.dtype, ex.gradient_checkpointing, ex.resume, progress, start_eval)
+        for c, d in jobs: train_run(c, d, init, train, held, reward_fn, ex.device, ex.dtype, ex.gradient_checkpointing, ex.resume, progress, start_eval, _strategy_fn(ex))
     else: _run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress)
     return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d in jobs}
 

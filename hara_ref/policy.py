@@ -4,7 +4,7 @@
 
 # %% ../nbs/10_policy.ipynb #e506f3d9
 from __future__ import annotations
-import inspect, os, shutil, subprocess, sys
+import inspect, json, os, random, shutil, subprocess, sys
 from pathlib import Path
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,8 @@ from torch.utils.checkpoint import checkpoint
 
 # %% auto #0
 __all__ = ['TASK_CHARS', 'SPECIAL_TOKENS', 'DTYPES', 'char_tokenizer', 'tiny_qwen3', 'save_policy', 'load_policy', 'pad_id',
-           'encode_prompts', 'sample', 'token_stats', 'policy_forward', 'peak_rss_mib']
+           'encode_prompts', 'sample', 'token_stats', 'policy_forward', 'peak_rss_mib', 'append_jsonl', 'read_jsonl',
+           'save_checkpoint', 'load_trainer_state']
 
 # %% ../nbs/10_policy.ipynb #52343718
 TASK_CHARS = "0123456789+-*/=;:,.()[]{}\\ \n?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -197,3 +198,32 @@ def peak_rss_mib(B:int, T:int, V:int=151_936, # batch, response length, vocabula
     args = [str(B), str(T), str(V), 'none' if chunk_tokens is None else str(chunk_tokens), '1' if grad else '0']
     r = subprocess.run([sys.executable, '-c', _PEAK_SCRIPT, *args], capture_output=True, text=True, check=True)
     return float(r.stdout.split()[-1])
+
+# %% ../nbs/10_policy.ipynb #8e2a3c6b
+def append_jsonl(path, row:dict):
+    "Append one JSON line and flush it to disk."
+    with open(path, 'a') as f:
+        f.write(json.dumps(row) + '\n'); f.flush(); os.fsync(f.fileno())
+
+def read_jsonl(path) -> list:
+    "The complete JSON lines of a file (a torn last line, from a kill mid-write, is skipped)."
+    if not Path(path).exists(): return []
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try: rows.append(json.loads(line))
+        except json.JSONDecodeError: pass
+    return rows
+
+def save_checkpoint(run_dir, model, tokenizer, opt, step:int, generator, rng:random.Random, memory:dict|None=None):
+    "Model, tokenizer and trainer state (step, optimizer, random generators) into `run_dir/ckpt`, atomically."
+    run_dir = Path(run_dir); tmp = run_dir / 'ckpt.tmp'
+    if tmp.exists(): shutil.rmtree(tmp)
+    model.save_pretrained(tmp); tokenizer.save_pretrained(tmp)
+    torch.save(dict(step=step, opt=opt.state_dict(), gen=generator.get_state(), rng=rng.getstate(), memory=memory or {}), tmp / 'trainer.pt')
+    _replace_dir(tmp, run_dir / 'ckpt')
+
+def load_trainer_state(run_dir) -> dict|None:
+    "The trainer state of the last complete checkpoint of a run, or None."
+    for d in (Path(run_dir) / 'ckpt', Path(run_dir) / 'ckpt.old'):
+        if (d / 'trainer.pt').exists(): return torch.load(d / 'trainer.pt', weights_only=False) | dict(path=d)
+    return None

@@ -6,24 +6,30 @@
 from __future__ import annotations
 import json, os, random, shutil, time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 import torch
-from .data import sum_solution, sum_task
+from .data import sum_task
+from .countdown import _sum_demo
 from .rlvr import extract_boxed, mean_accuracy, mean_pass_at_k
 from .grpo import ppo_clip_loss, masked_mean, dynamic_sampling_mask, overlong_penalty
-from .policy import _replace_dir, load_policy, save_policy, encode_prompts, pad_id, sample, policy_forward
+from .policy import (_replace_dir, load_policy, save_policy, encode_prompts, pad_id, sample, policy_forward,
+                             append_jsonl, read_jsonl, save_checkpoint, load_trainer_state)
 
 # %% auto #0
 __all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'REWEIGHTS', 'ALLOCATIONS', 'LOSS_AGG', 'builtin_items', 'load_jsonl', 'sft_batch',
-           'sft', 'rewards_of', 'evaluate', 'TrainConfig', 'train_config_errors', 'needs_hidden', 'credit_advantages',
-           'rl_step', 'ppo_update', 'append_jsonl', 'read_jsonl', 'save_checkpoint', 'load_trainer_state', 'train_run']
+           'sft', 'rewards_of', 'distinct_strategies', 'evaluate', 'TrainConfig', 'train_config_errors', 'needs_hidden',
+           'credit_advantages', 'rl_step', 'ppo_update', 'train_run']
 
 # %% ../nbs/10a_rl.ipynb #779adce1
 MATH_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\n"
 
-def builtin_items(n:int, split:str='train', seed:int=0, n_terms:int=3, max_value:int=49, distinct:bool=False) -> list:
-    "`n` problems of the built-in task as `{'prompt', 'answer', 'problem'}` dicts (`distinct`: no repeated prompt)."
-    probs = sum_task(4 * n if distinct else n, split, seed=seed, n_terms=n_terms, max_value=max_value)
+def builtin_items(n:int, split:str='train', seed:int=0, n_terms:int=3, max_value:int=49, distinct:bool=False,
+                  task=None, # a `Task` (chapter 00a); None: the addition task with n_terms, max_value
+                 ) -> list:
+    "`n` problems of a built-in task as `{'prompt', 'answer', 'problem'}` dicts (`distinct`: no repeated prompt)."
+    m = 4 * n if distinct else n
+    probs = sum_task(m, split, seed=seed, n_terms=n_terms, max_value=max_value) if task is None else task.problems(m, split, seed)
     if distinct: probs = list({p.prompt: p for p in probs}.values())[:n]
     return [dict(prompt=p.prompt, answer=p.answer, problem=p) for p in probs]
 
@@ -44,15 +50,15 @@ def load_jsonl(path, template:str=MATH_TEMPLATE) -> list:
 # %% ../nbs/10a_rl.ipynb #2f865858
 def sft_batch(tokenizer, problems:list, rng:random.Random, device=None,
               p_shuffle:float=0.25, # probability that an example adds its terms in random order (else left to right)
+              demo=None, # demo(problem, rng) -> text or None (skipped); None: the addition task's scratchpad
              ) -> tuple:
-    "Input ids, attention mask and labels (B, T) for SFT on scratchpads, the additions in random order with probability `p_shuffle`."
-    bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
+    "Input ids, attention mask and labels (B, T) for SFT on demonstrations (default: scratchpads, the additions in random order with probability `p_shuffle`)."
+    bos, demo = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else [], demo or partial(_sum_demo, p_shuffle=p_shuffle)
     rows, labs = [], []
-    for p in problems:
-        order = list(range(len(p.terms)))
-        if rng.random() < p_shuffle: rng.shuffle(order)
+    for p, text in [(p, demo(p, rng)) for p in problems]:
+        if text is None: continue
         a = bos + tokenizer(p.prompt, add_special_tokens=False)['input_ids']
-        b = tokenizer(sum_solution(p, order), add_special_tokens=False)['input_ids'] + [tokenizer.eos_token_id]
+        b = tokenizer(text, add_special_tokens=False)['input_ids'] + [tokenizer.eos_token_id]
         rows.append(a + b); labs.append([-100] * len(a) + b)
     T, pad = max(map(len, rows)), pad_id(tokenizer)
     ids = torch.tensor([r + [pad] * (T - len(r)) for r in rows], device=device)  # (B, T)
@@ -64,6 +70,7 @@ def sft(model, tokenizer, problems:list, # `Problem`s of the training split
         steps:int=600, batch_size:int=64, lr:float=3e-3, seed:int=0,
         p_shuffle:float=0.25, # share of examples with the additions in random order
         progress=None, # a tqdm bar to advance, or None
+        demo=None, # demo(problem, rng) -> text or None, e.g. a `Task`'s demo (None: addition scratchpads)
        ) -> list: # loss per step
     "Supervised warm start (AdamW, warm-up then linear decay) on scratchpad solutions."
     rng = random.Random(seed)
@@ -71,7 +78,7 @@ def sft(model, tokenizer, problems:list, # `Problem`s of the training split
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1., (s + 1) / 50) * max(0.05, 1 - s / max(steps, 1)))
     model.train(); losses = []
     for _ in range(steps):
-        ids, am, labels = sft_batch(tokenizer, rng.sample(problems, min(batch_size, len(problems))), rng, model.device, p_shuffle)
+        ids, am, labels = sft_batch(tokenizer, rng.sample(problems, min(batch_size, len(problems))), rng, model.device, p_shuffle, demo)
         loss = model(input_ids=ids, attention_mask=am, labels=labels).loss
         opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); sched.step()
         losses.append(loss.item())
@@ -84,20 +91,30 @@ def rewards_of(tokenizer, resp_ids, resp_mask, answers:list, reward_fn) -> tuple
     texts = tokenizer.batch_decode(torch.where(resp_mask, resp_ids, pad_id(tokenizer)), skip_special_tokens=True)
     return torch.tensor([float(reward_fn(t, a)) for t, a in zip(texts, answers)]), texts
 
+def distinct_strategies(texts:list, answers:list, n_samples:int, strategy_fn) -> float:
+    "Mean over prompts of the number of distinct strategies among its `n_samples` correct responses (consecutive in `texts`)."
+    s = [strategy_fn(t, a) for t, a in zip(texts, answers)]
+    per = [len({x for x in s[i:i + n_samples] if x is not None}) for i in range(0, len(s), n_samples)]
+    return sum(per) / len(per)
+
 @torch.no_grad()
 def evaluate(model, tokenizer, items:list, reward_fn, n_samples:int=4, temperature:float=1.0, max_new_tokens:int=48,
-             seed:int=1234, batch_size:int=512, max_prompt_len:int|None=None) -> dict:
-    "Held-out pass@1 (mean accuracy over samples), pass@n, mean response length and token entropy."
+             seed:int=1234, batch_size:int=512, max_prompt_len:int|None=None,
+             strategy_fn=None, # strategy_fn(text, answer) -> strategy of a correct response (a `Task`'s), for `strategies`
+            ) -> dict:
+    "Held-out pass@1 (avg@n), pass@n, pass@k for k = 1..n (`passk_curve`), mean response length, distinct correct strategies per prompt."
     model.eval(); g = torch.Generator(device=model.device).manual_seed(seed)
     prompts = [it['prompt'] for it in items for _ in range(n_samples)]
     answers = [it['answer'] for it in items for _ in range(n_samples)]
-    R, L = [], []
+    R, L, texts = [], [], []
     for i in range(0, len(prompts), batch_size):
         pi, pm = encode_prompts(tokenizer, prompts[i:i + batch_size], max_prompt_len, model.device)  # (b, P)
         r, m = sample(model, pi, pm, max_new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), temperature, g)  # (b, T)
-        R.append(rewards_of(tokenizer, r, m, answers[i:i + batch_size], reward_fn)[0]); L.append(m.sum(1).float().cpu())
+        rw, tx = rewards_of(tokenizer, r, m, answers[i:i + batch_size], reward_fn); R.append(rw); texts += tx; L.append(m.sum(1).float().cpu())
     c = torch.cat(R).reshape(len(items), n_samples)  # (prompts, n)
-    return dict(pass1=mean_accuracy(c), passk=mean_pass_at_k(c, n_samples), k=n_samples, length=torch.cat(L).mean().item())
+    out = dict(pass1=mean_accuracy(c), passk=mean_pass_at_k(c, n_samples), k=n_samples, length=torch.cat(L).mean().item(),
+               passk_curve=[mean_pass_at_k(c, k) for k in range(1, n_samples + 1)])
+    return out | ({} if strategy_fn is None else dict(strategies=distinct_strategies(texts, answers, n_samples, strategy_fn)))
 
 # %% ../nbs/10a_rl.ipynb #029c8aca
 BASE_METHODS = ('grpo', 'drgrpo', 'dapo', 'rloo', 'hp-rlvr')  # hp-rlvr: one rollout per prompt, hindsight credit (chapter 13)
@@ -123,7 +140,9 @@ class TrainConfig:
     max_new_tokens:int = 40
     max_prompt_len:int = 512
     overlong_cache:int = 8       # DAPO soft overlong punishment: length of the ramp
-    alpha:float = 0.25           # HARA: FGW trade-off
+    alpha:float = 0.25           # HARA: FGW trade-off (0: W only, 1: GW only)
+    metric:str = 'fgw'           # HARA novelty metric: 'fgw' | 'w' | 'gw' | 'embed' (chapter 09a)
+    barycenter:str = 'linearized' # HARA: 'linearized' (chapter 06a) | 'exact' (chapter 09d)
     L_b:int = 32                 # HARA: barycenter size
     reg:float = 0.05             # HARA: entropic regulariser
     hidden_layer:int = -1        # hidden_states index for HARA/SHEAR (-1: last layer)
@@ -156,7 +175,8 @@ def train_config_errors(cfg:TrainConfig) -> list:
     if cfg.steps < 0: bad.append(f"steps must be >= 0, got {cfg.steps}")
     for k in ('prompts_per_step', 'ppo_epochs', 'minibatches', 'eval_every', 'eval_prompts', 'eval_samples', 'save_every', 'max_new_tokens', 'L_b'):
         if getattr(cfg, k) < 1: bad.append(f"{k} must be positive, got {getattr(cfg, k)}")
-    if not 0 < cfg.alpha <= 1 or cfg.reg <= 0 or not 0 <= cfg.temperature: bad.append("need 0 < alpha <= 1, reg > 0, temperature >= 0")
+    if not 0 <= cfg.alpha <= 1 or cfg.reg <= 0 or not 0 <= cfg.temperature: bad.append("need 0 <= alpha <= 1, reg > 0, temperature >= 0")
+    if cfg.metric not in ('fgw', 'w', 'gw', 'embed') or cfg.barycenter not in ('linearized', 'exact'): bad.append(f"`metric` must be fgw|w|gw|embed and `barycenter` linearized|exact, got {cfg.metric!r}, {cfg.barycenter!r}")
     return bad
 
 def needs_hidden(cfg:TrainConfig) -> bool:
@@ -170,7 +190,7 @@ def credit_advantages(cfg:TrainConfig, hidden, mask, rewards, group_ids, entropy
     kw, cap = {}, {} if cfg.sinkhorn_iters is None else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters))
     if cfg.reweight.startswith('hara'):
         bk = {} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)
-        kw = dict(alpha=cfg.alpha, L_b=cfg.L_b, reg=cfg.reg, bary_kw={**bk, **({} if cfg.sinkhorn_iters is None else dict(inner_iter=cfg.sinkhorn_iters))}, **cap)
+        kw = dict(metric=cfg.metric, barycenter=cfg.barycenter, alpha=cfg.alpha, L_b=cfg.L_b, reg=cfg.reg, bary_kw={**bk, **({} if cfg.sinkhorn_iters is None else dict(inner_iter=cfg.sinkhorn_iters))}, **cap)
     elif cfg.reweight == 'shear': kw = dict(reg=cfg.reg, **cap)
     h = hidden.float() if hidden is not None else None
     A, rw = reweight_advantages(cfg.reweight, h, mask, rewards, group_ids, base=cfg.method, logits_entropy=entropy, **kw)  # (B, T)
@@ -233,35 +253,6 @@ def ppo_update(model, opt, pi, pm, ri, rm, old_logp, A, keep, cfg:TrainConfig, g
     keys = ('clip_frac', 'clip_frac_high', 'clip_frac_low', 'approx_kl', 'grad_norm', 'zero_grad_frac')
     return {k: sum(s[k] for s in stats) / len(stats) if stats else 0. for k in keys} | dict(n_updates=len(stats), kept_frac=keep.float().mean().item())
 
-# %% ../nbs/10a_rl.ipynb #8e2a3c6b
-def append_jsonl(path, row:dict):
-    "Append one JSON line and flush it to disk."
-    with open(path, 'a') as f:
-        f.write(json.dumps(row) + '\n'); f.flush(); os.fsync(f.fileno())
-
-def read_jsonl(path) -> list:
-    "The complete JSON lines of a file (a torn last line, from a kill mid-write, is skipped)."
-    if not Path(path).exists(): return []
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        try: rows.append(json.loads(line))
-        except json.JSONDecodeError: pass
-    return rows
-
-def save_checkpoint(run_dir, model, tokenizer, opt, step:int, generator, rng:random.Random, memory:dict|None=None):
-    "Model, tokenizer and trainer state (step, optimizer, random generators) into `run_dir/ckpt`, atomically."
-    run_dir = Path(run_dir); tmp = run_dir / 'ckpt.tmp'
-    if tmp.exists(): shutil.rmtree(tmp)
-    model.save_pretrained(tmp); tokenizer.save_pretrained(tmp)
-    torch.save(dict(step=step, opt=opt.state_dict(), gen=generator.get_state(), rng=rng.getstate(), memory=memory or {}), tmp / 'trainer.pt')
-    _replace_dir(tmp, run_dir / 'ckpt')
-
-def load_trainer_state(run_dir) -> dict|None:
-    "The trainer state of the last complete checkpoint of a run, or None."
-    for d in (Path(run_dir) / 'ckpt', Path(run_dir) / 'ckpt.old'):
-        if (d / 'trainer.pt').exists(): return torch.load(d / 'trainer.pt', weights_only=False) | dict(path=d)
-    return None
-
 # %% ../nbs/10a_rl.ipynb #904a2dff
 def _tqdm(**kw):
     from tqdm.auto import tqdm
@@ -271,6 +262,7 @@ def train_run(cfg:TrainConfig, run_dir, init_path, train_items:list, eval_items:
               device='cpu', dtype:str='fp32', gradient_checkpointing:bool=False, resume:bool=False,
               progress:bool|object=True, # True: own tqdm bar; a callable(n): report finished steps to it; False: quiet
               start_eval:dict|None=None, # evaluation of the start policy (step 0), if already known
+              strategy_fn=None, # the task's strategy(text, answer), for distinct strategies at evaluation
              ) -> list:
     "One seeded RLVR run from the checkpoint at `init_path`; writes metrics, checkpoints and `final/` to `run_dir`."
     run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
@@ -292,7 +284,7 @@ def train_run(cfg:TrainConfig, run_dir, init_path, train_items:list, eval_items:
     for s in range(step, cfg.steps + 1):
         if s % cfg.eval_every == 0 or s == cfg.steps:
             ev = start_eval if (s == 0 and start_eval) else evaluate(model, tok, eval_items, reward_fn, cfg.eval_samples, cfg.temperature,
-                                                                   cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len)
+                                                                   cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len, strategy_fn=strategy_fn)
             append_jsonl(run_dir / 'metrics.jsonl', dict(kind='eval', step=s, **tag, **ev))
         if s == cfg.steps: break
         m = rl_step(model, opt, tok, rng.sample(train_items, min(cfg.prompts_per_step, len(train_items))), cfg, reward_fn, gen, ref, memory)
