@@ -1,5 +1,5 @@
 # The two commands of the README, each doing its own set-up on a fresh machine:
-#   make train   end-to-end RLVR of a tiny Qwen3 on the built-in task, GRPO vs HARA-tok, with a plot
+#   make train   end-to-end RLVR of a tiny Qwen3 on the built-in countdown task, GRPO vs HARA-tok, 5 seeds, with a plot
 #   make test    every check: package/notebook sync, all notebooks (nbdev_test), pytest
 # and for readers:
 #   make docs        run every notebook and render it, figures and math included, into the static site _docs/
@@ -17,7 +17,7 @@ install:
 	@bash tools/install.sh
 
 train: install
-	$(BIN)/hara-ref train
+	$(BIN)/hara-ref train --task countdown --seeds 5 --eval-samples 16
 
 test: install
 	PATH="$(abspath $(BIN)):$$PATH" bash tools/check_sync.sh

@@ -17,7 +17,7 @@ from .rl import (TrainConfig, REWEIGHTS, builtin_items, load_jsonl, sft, evaluat
 
 # %% auto #0
 __all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'experiment_task', 'prepare_start', 'run_experiment',
-           'plot_runs', 'summarize']
+           'plot_runs', 'summarize', 'paired_lines']
 
 # %% ../nbs/10b_experiment.ipynb #3023c47f
 @dataclass
@@ -208,12 +208,25 @@ def summarize(runs:dict, start_eval:dict|None=None) -> tuple:
                          length=ms(lambda r: last_eval(r)['length']),
                          hara_share=ms(lambda r: sum(x['t_hara'] for x in train(r)) / max(sum(x['t_step'] for x in train(r)), 1e-12)),
                          step_s=ms(lambda r: sum(x['t_step'] for x in train(r)) / max(len(train(r)), 1)),
-                         per_seed=[last_eval(r)['pass1'] for r in rl]))
-    fmt = lambda p, d=3: f"{p[0]:.{d}f} ± {p[1]:.{d}f}"
+                         per_seed=[last_eval(r)['pass1'] for r in rl], seed_of=[r[0]['seed'] for r in rl],
+                         per_seed_k=[last_eval(r)['passk'] for r in rl],
+                         strategies=ms(lambda r: last_eval(r).get('strategies') or 0.) if 'strategies' in last_eval(rl[0]) else None))
+    fmt = lambda p, d=3: f"{p[0]:.{d}f} ± {p[1]:.{d}f}" if p else '–'
     k = rows[0]['k'] if rows else 1
-    lines = [f"{'variant':<18} {'seeds':>5}  {'pass@1':>15}  {f'pass@{k}':>15}  {'entropy':>15}  {'length':>13}  {'HARA time':>15}  {'s/step':>11}"]
-    if start_eval: lines.append(f"{'start (SFT)':<18} {'':>5}  {start_eval['pass1']:>15.3f}  {start_eval['passk']:>15.3f}  {'':>15}  {start_eval['length']:>13.1f}")
+    lines = [f"{'variant':<18} {'seeds':>5}  {'pass@1':>15}  {f'pass@{k}':>15}  {'entropy':>15}  {'strategies':>13}  {'length':>13}  {'HARA time':>15}  {'s/step':>11}"]
+    if start_eval: lines.append(f"{'start (SFT)':<18} {'':>5}  {start_eval['pass1']:>15.3f}  {start_eval['passk']:>15.3f}  {'':>15}  {start_eval.get('strategies', float('nan')):>13.2f}  {start_eval['length']:>13.1f}")
     for r in rows:
-        lines.append(f"{r['variant']:<18} {r['seeds']:>5}  {fmt(r['pass1']):>15}  {fmt(r['passk']):>15}  {fmt(r['entropy']):>15}  "
+        lines.append(f"{r['variant']:<18} {r['seeds']:>5}  {fmt(r['pass1']):>15}  {fmt(r['passk']):>15}  {fmt(r['entropy']):>15}  {fmt(r['strategies'], 2):>13}  "
                      f"{fmt(r['length'], 1):>13}  {fmt(tuple(100 * x for x in r['hara_share']), 1) + ' %':>15}  {fmt(r['step_s'], 2):>11}")
-    return rows, '\n'.join(lines)
+    return rows, '\n'.join(lines + paired_lines(rows))
+
+def paired_lines(rows:list) -> list:
+    "Each variant against the first, paired by seed: mean difference of final pass@1 and pass@k with its 95% interval (chapter 17a)."
+    from hara_ref.report import paired
+    if len(rows) < 2: return []
+    b, out = rows[0], ['', f"paired by seed against {rows[0]['variant']} (mean difference [95% interval]):"]
+    for r in rows[1:]:
+        d = [paired(dict(zip(r['seed_of'], r[key])), dict(zip(b['seed_of'], b[key]))) for key in ('per_seed', 'per_seed_k')]
+        r['d_pass1'], r['d_passk'] = d
+        out.append(f"  {r['variant']:<18} pass@1 {d[0][0]:+.3f} [{d[0][1]:+.3f}, {d[0][2]:+.3f}]   pass@{r['k']} {d[1][0]:+.3f} [{d[1][1]:+.3f}, {d[1][2]:+.3f}]   (n = {d[0][3]})")
+    return out
