@@ -17,7 +17,7 @@ from .rl import (TrainConfig, REWEIGHTS, builtin_items, load_jsonl, sft, evaluat
 
 # %% auto #0
 __all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'experiment_task', 'prepare_start', 'run_experiment',
-           'plot_runs', 'summarize', 'paired_lines']
+           'run_pool', 'plot_runs', 'summarize', 'paired_lines']
 
 # %% ../nbs/10b_experiment.ipynb #3023c47f
 @dataclass
@@ -144,14 +144,20 @@ def run_experiment(ex:ExperimentConfig, cfg:TrainConfig, progress:bool=True) -> 
 
 def _run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress):
     "Run the jobs in `ex.workers` spawned processes; one progress bar over all their steps."
+    done_steps = sum((load_trainer_state(d) or {}).get('step', 0) for _, d in jobs) if ex.resume else 0
+    run_pool([(c, d, init, train, held, reward_fn, ex, start_eval) for c, d in jobs], ex.workers, sum(c.steps for c, _ in jobs),
+             f"RL: {len(jobs)} runs on {ex.workers} workers", done_steps, progress)
+
+def run_pool(job_args:list, # argument tuples of `_job`, without its queue: (cfg, run_dir, init, train, held, reward_fn, ex, start_eval)
+             workers:int, total_steps:int, desc:str, initial:int=0, progress:bool=True):
+    "Run `_job` on every argument tuple in `workers` spawned processes, re-raising a worker's error; one progress bar over all their steps."
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
     ctx = mp.get_context('spawn')
-    with ctx.Manager() as man, ProcessPoolExecutor(ex.workers, mp_context=ctx) as pool:
+    with ctx.Manager() as man, ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         q = man.Queue()
-        done_steps = sum((load_trainer_state(d) or {}).get('step', 0) for _, d in jobs) if ex.resume else 0
-        bar = _tqdm(total=sum(c.steps for c, _ in jobs), initial=done_steps, desc=f"RL: {len(jobs)} runs on {ex.workers} workers") if progress else None
-        futs = {pool.submit(_job, (c, d, init, train, held, reward_fn, ex, start_eval, q)) for c, d in jobs}
+        bar = _tqdm(total=total_steps, initial=initial, desc=desc) if progress else None
+        futs = {pool.submit(_job, (*a, q)) for a in job_args}
         while futs:
             fin, futs = wait(futs, timeout=0.5, return_when=FIRST_COMPLETED)
             for f in fin: f.result()  # re-raise a worker's error

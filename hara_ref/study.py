@@ -8,7 +8,7 @@ import argparse, json, os, time
 from dataclasses import dataclass, asdict, replace, field
 from pathlib import Path
 from .rl import TrainConfig, read_jsonl, evaluate, load_policy, _tqdm
-from .experiment import ExperimentConfig, prepare_start, experiment_task, _job
+from .experiment import ExperimentConfig, prepare_start, experiment_task, run_pool
 
 # %% auto #0
 __all__ = ['Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cells', 'run_dir', 'run_complete', 'prepare_task',
@@ -108,8 +108,7 @@ def prepare_task(sc:StudyConfig, task:str, progress:bool=True) -> tuple:
 # %% ../nbs/17_study.ipynb #416006ff
 def run_study(sc:StudyConfig, progress:bool=True) -> dict:
     "Every run of every cell (skipping complete ones), in parallel; returns {cell key: [run folders]} and writes study.json."
-    import multiprocessing as mp, torch
-    from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
+    import torch
     out, cells, t0 = Path(sc.out), study_cells(sc), time.time()
     out.mkdir(parents=True, exist_ok=True); torch.set_num_threads(sc.workers * sc.threads)
     tasks = {t: prepare_task(sc, t, progress) for t in dict.fromkeys(c.task for c in cells)}
@@ -119,18 +118,7 @@ def run_study(sc:StudyConfig, progress:bool=True) -> dict:
         for s in sc.seeds:
             d = run_dir(sc, c, s)
             if not run_complete(d, sc.steps): jobs.append((replace(base, **dict(c.overrides), seed=s), d, init, train, held, rf, ex, se))
-    ctx = mp.get_context('spawn')
-    with ctx.Manager() as man, ProcessPoolExecutor(sc.workers, mp_context=ctx) as pool:
-        q = man.Queue()
-        bar = _tqdm(total=len(jobs) * sc.steps, desc=f"study: {len(jobs)} runs on {sc.workers} workers") if progress and jobs else None
-        futs = {pool.submit(_job, (*j, q)) for j in jobs}
-        while futs:
-            fin, futs = wait(futs, timeout=0.5, return_when=FIRST_COMPLETED)
-            for f in fin: f.result()  # re-raise a worker's error
-            while not q.empty():
-                n = q.get()
-                if bar is not None: bar.update(n)
-        if bar is not None: bar.close()
+    run_pool(jobs, sc.workers, len(jobs) * sc.steps, f"study: {len(jobs)} runs on {sc.workers} workers", 0, progress and bool(jobs))
     runs = {c.key: [str(run_dir(sc, c, s)) for s in sc.seeds] for c in cells}
     meta = dict(config=asdict(sc), cells=[asdict(c) | dict(key=c.key) for c in cells], runs=runs, train=asdict(base),
                 wall_s=time.time() - t0, ran=len(jobs), start_eval={t: v[-1] for t, v in tasks.items()})
