@@ -52,7 +52,7 @@ def check_steps(p:Countdown, steps:list) -> str|None:
         pool.append((r, _combine(ex, op, ey)))
     return pool[-1][1] if steps and pool[-1][0] == p.target else None
 
-STEP = re.compile(r'^(\d{1,4})([+\-*])(\d{1,4})=(\d{1,6})$')
+STEP = re.compile(r'^(\d{1,4})([+\-*])(\d{1,4})=(\d{1,6})$')  # operands up to 4 digits: ample for numbers in 1..9
 
 def parse_steps(text:str) -> list|None:
     "Steps [(x, op, y, r)] of a response 'x op y=r;...;\\boxed{t}', or None if it is not of that form."
@@ -140,7 +140,7 @@ def countdown_demo(p:Countdown, rng:random.Random, p_other:float=0.2) -> str|Non
 
 # %% ../nbs/00a_countdown.ipynb #19263970
 def sum_strategy(text:str, answer:str) -> str|None:
-    "The order of additions of a correct addition-task response ('2,7,5'), None for a wrong one."
+    "The order of additions of an addition-task response whose boxed answer is right ('2,7,5'), None otherwise (the task's reward checks only the answer, so the steps' sums are not checked here either)."
     steps = parse_steps(text)
     if not steps or exact_match_reward(text, answer) != 1.: return None
     order = [steps[0][0], steps[0][2]] + [y for _, _, y, _ in steps[1:]]

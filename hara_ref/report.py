@@ -49,14 +49,15 @@ def verdict(lo:float, hi:float) -> str:
 
 # %% ../nbs/17a_report.ipynb #51d7d0be
 def collect(out) -> dict:
-    "{'cells': [...], 'runs': {cell key: {seed: run_summary}}, 'start_eval', 'config', 'wall_s'} of the study in `out`."
+    "{'cells': [...], 'runs': {cell key: {seed: run_summary}}, 'incomplete': [run folders], 'start_eval', 'config', 'wall_s'} of the study in `out`; only complete runs are summarized."
     out = Path(out); meta = json.loads((out / 'study.json').read_text())
-    runs = {}
+    runs, incomplete, steps = {}, [], meta['config']['steps']
     for key, dirs in meta['runs'].items():
         for d in dirs:
             rows = read_jsonl(Path(d) / 'metrics.jsonl')
-            if rows: runs.setdefault(key, {})[int(Path(d).name.rsplit('-s', 1)[1])] = run_summary(rows)
-    return dict(cells=meta['cells'], runs=runs, start_eval=meta['start_eval'], config=meta['config'], wall_s=meta['wall_s'], train=meta['train'])
+            if any(r['kind'] == 'eval' and r['step'] == steps for r in rows): runs.setdefault(key, {})[int(Path(d).name.rsplit('-s', 1)[1])] = run_summary(rows)
+            else: incomplete.append(d)
+    return dict(cells=meta['cells'], runs=runs, incomplete=incomplete, start_eval=meta['start_eval'], config=meta['config'], wall_s=meta['wall_s'], train=meta['train'])
 
 def per_seed(res:dict, key:str, metric:str, k:int|None=None) -> dict:
     "{seed: value} of one metric of a cell (`k`: pass@k from the curve)."
@@ -207,6 +208,7 @@ def write_report(out) -> str:
         if any(k.startswith(task) for k in res['runs']): plot_curves(res, task, path=out / f'curves_{task}.png')
     if any('hara-tok-a' in k for k in res['runs']): plot_alpha(res, path=out / 'alpha.png')
     se = res['start_eval']; K = res['config']['eval_samples']
+    if res['incomplete']: md += [f"**Incomplete runs, not in the tables**: {', '.join(res['incomplete'])}", '']
     md += [f"**Every run: final pass@1 / pass@{K} per seed**", '', markdown_table(every_run_rows(res, K), (('cell', 'cell'), ('runs', 'seed: pass@1 / pass@K')), K=K), '']
     md += ['Warm start (step 0) on the same held-out prompts: ' + '; '.join(f"{t} pass@1 {v['pass1']:.3f}, pass@{K} {v['passk']:.3f}" for t, v in se.items()),
            '', f"Grid wall time: {res['wall_s'] / 60:.1f} min for the runs this invocation made ({res['config']['workers']} workers x {res['config']['threads']} threads)."]
