@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['token_logprobs', 'causal_token_logprobs', 'response_mask', 'sequence_logprob', 'extract_boxed', 'exact_match_reward',
-           'math_reward', 'pass_at_k', 'mean_accuracy', 'mean_pass_at_k']
+__all__ = ['token_logprobs', 'causal_token_logprobs', 'response_mask', 'sequence_logprob', 'rounding_tol', 'extract_boxed',
+           'exact_match_reward', 'math_reward', 'pass_at_k', 'mean_accuracy', 'mean_pass_at_k']
 
 # %% ../nbs/01_rlvr.ipynb #84e1ed08
 def token_logprobs(
@@ -63,6 +63,15 @@ def sequence_logprob(
     if torch.isnan(token_logp[m]).any(): raise ValueError("token_logp is NaN at a masked-in position")
     # sum_t m_t log pi(x_{t+1} | x_{<=t})
     return torch.where(m, token_logp, torch.zeros_like(token_logp)).sum(-1)  # (B,)
+
+# %% ../nbs/01_rlvr.ipynb #3d4519f0
+def rounding_tol(
+    scale:float, # magnitude of the terms behind the values compared (e.g. their largest |value|)
+    n:int=1, # length of the longest reduction (sum, dot product, softmax) behind one value
+    dtype=torch.float32, # dtype the values were computed in
+) -> float: # absolute tolerance
+    "Tolerance for two computations that round differently: 8 sqrt(n) u scale, u = finfo(dtype).eps."
+    return 8 * math.sqrt(max(int(n), 1)) * torch.finfo(dtype).eps * float(scale)
 
 # %% ../nbs/01_rlvr.ipynb #6d1dd8d3
 _BOX_CMDS = ('\\boxed', '\\fbox')
