@@ -6,6 +6,7 @@ from hara_ref.linearization import chain_tau_bar, sq_dists, monotone_plan
 from hara_ref.error_bound import (gw_term, lin_term, order_reversing_R, order_reversing_R_naive, order_reversing_mass,
                                   lfgw_objective, random_plans, bound_study, random_instance, solve_instance,
                                   position_mean_gap, linearization_gap, check_weights)
+from hara_ref.rlvr import rounding_tol
 
 SET = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 f64 = torch.float64
@@ -142,9 +143,10 @@ def test_general_identity_float32():
     plan, t32, tb32 = plan64.float(), tau.float(), tb.float()
     gw, lin = gw_term(plan, t32, tb32), lin_term(plan, t32, tb32)
     rhs = 2 * plan.sum((-2, -1)) * lin - 4 * order_reversing_R(plan, t32, tb32) - 2 * position_mean_gap(plan, t32, tb32) ** 2
-    assert gw.dtype == torch.float32 and ((gw - rhs).abs() / (1 + gw.abs())).max() < 2e-6
+    tol = rounding_tol(1., n=12 * 8)  # relative to 1 + |value|: sums over the n x m plan entries
+    assert gw.dtype == torch.float32 and ((gw - rhs).abs() / (1 + gw.abs())).max() < tol
     D32, D64 = linearization_gap(plan, t32, tb32, .25), linearization_gap(plan64, tau, tb, .25)
-    assert D32.dtype == torch.float32 and ((D32.double() - D64).abs() / (1 + D64.abs())).max() < 2e-6
+    assert D32.dtype == torch.float32 and ((D32.double() - D64).abs() / (1 + D64.abs())).max() < tol
 
 def test_bound_beyond_premise_mass_one():
     "Dirichlet weights, mass 1: 2 alpha m^2 <= gap <= 4 alpha R + 2 alpha m^2 on 1000 instances; the paper's bound fails."
