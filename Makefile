@@ -12,6 +12,9 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
+# notebooks whose checks compare float32 results (tolerances from `rounding_tol`, chapter 01_rlvr)
+F32_NBS := 01_rlvr|10_policy|13_hp_rlvr|14_trl
+
 .PHONY: install train test sync nbtest pytest docs docs-check
 install:
 	@bash tools/install.sh
@@ -24,6 +27,11 @@ test: install
 	# two notebooks at a time, one BLAS/OpenMP thread each: two 2-thread torch processes on 2 cores thrash
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/nbdev_test --n_workers 2 --timing
 	$(BIN)/python -m pytest -q tests
+	# float32 tolerances must hold on any CPU: the float32-sensitive notebooks and tests once more on the portable
+	# kernel set (another summation order than AVX2/AVX-512), so a tolerance of a few ulps fails here, not elsewhere
+	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" \
+	  $(BIN)/nbdev_test --n_workers 2 --file_re '^($(F32_NBS))\.ipynb$$'
+	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q -m float32 tests
 
 docs: install
 	# as make test runs the notebooks: two at a time, one BLAS/OpenMP thread each

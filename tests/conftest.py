@@ -8,3 +8,9 @@ def _restore_process_state():
     n = torch.get_num_threads()
     yield
     torch.set_flush_denormal(False); torch.set_num_threads(n)
+
+
+def pytest_collection_modifyitems(items):
+    "Tests named for float32 join the `float32` set (as do those marked by hand): make test reruns it on other kernels."
+    for item in items:
+        if 'float32' in item.name: item.add_marker(pytest.mark.float32)

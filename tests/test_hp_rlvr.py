@@ -23,6 +23,7 @@ def logits(seed, B, T, V, scale=3., dtype=torch.float64):
     return torch.randn(B, T, V, generator=torch.Generator().manual_seed(seed), dtype=dtype) * scale
 
 
+@pytest.mark.float32
 @SET
 @given(seed=st.integers(0, 10**6), B=st.integers(1, 3), T=st.integers(1, 5), V=st.integers(2, 40), scale=st.sampled_from([0.1, 3., 30.]))
 def test_weights_bounded_symmetric_and_match_scipy(seed, B, T, V, scale):
@@ -95,6 +96,7 @@ def test_zero_credit_when_reward_equals_baseline(r, seed):
     assert (A.abs() <= 0.5).all()  # bounded: |r - b| w with w in [0, 1]
 
 
+@pytest.mark.float32
 def test_hindsight_context_and_logits():
     assert hindsight_context('2+2=', '4', 0.) == '2+2=4\nverifier: wrong\n2+2='
     tok = char_tokenizer(); net = tiny_qwen3(tok, hidden_size=32, seed=0).eval()
