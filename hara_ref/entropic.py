@@ -157,10 +157,11 @@ def check_warm_start(x,                # (..., p) warm start (tensor or NumPy ar
 # %% ../nbs/03_sinkhorn.ipynb #77981b36
 def check_iterations(num_iter_max:int, # most iterations, >= 1
                      check_every:int,  # iterations between checks, >= 1
-                     omega:float|str   # over-relaxation in [1, 2), or 'auto'
+                     omega:float|str,  # over-relaxation in [1, 2), or 'auto'
+                     name:str='num_iter_max' # the caller's name for the cap, for the message
                     ) -> None:
-    "Validate `sinkhorn_log`'s iteration settings."
-    for name, k in (('num_iter_max', num_iter_max), ('check_every', check_every)):
+    "Validate `sinkhorn_log`'s iteration settings (and any solver's cap, under its own name)."
+    for name, k in ((name, num_iter_max), ('check_every', check_every)):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1: raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
     if not omega == 'auto' and not (isinstance(omega, (int, float)) and 1 <= omega < 2): raise ValueError(f"omega must be in [1, 2) or 'auto', got {omega!r}")
 

@@ -137,7 +137,7 @@ def fgw(M:torch.Tensor,             # (n, m) feature cost $M_{tj}$
         warn:bool=True              # `ConvergenceWarning` when max_iter is reached before a tolerance holds
        ):                           # plan (n, m) [, log]
     "FGW plan by conditional gradient with exact line search (square loss), as `ot.gromov.fused_gromov_wasserstein`."
-    p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha); check_iterations(max_iter, 1, 1.)
+    p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha); check_iterations(max_iter, 1, 1., 'max_iter')
     G = p[:, None] * q[None, :] if G0 is None else G0.to(M)  # (n, m)
     tol = 1e-8 if M.dtype == torch.float64 else 1e-5
     if G.shape != M.shape or (G.sum(1) - p).abs().max() > tol or (G.sum(0) - q).abs().max() > tol or (G < 0).any():

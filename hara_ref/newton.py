@@ -23,7 +23,7 @@ def semidual_reference(a:torch.Tensor, # (n,) source weights, all > 0, sum 1
                        log:bool=False  # return dict(n_iter, err, converged, stop_thr) in place of the steps
                       ) -> tuple:     # plan (n, m), Newton steps taken (or the log dict)
     "Entropic OT by Newton's method on the semi-dual (N1)-(N3) with Armijo backtracking: the reference, one problem."
-    a, b, M = check_ot_inputs(a, b, M, reg); check_iterations(max_iter, 1, 1.)
+    a, b, M = check_ot_inputs(a, b, M, reg); check_iterations(max_iter, 1, 1., 'max_iter')
     thr = max(tol, float(stop_floor(M, b, reg)))  # what the dtype can resolve
     logK, ell, m = -M / reg, torch.zeros_like(b), len(b)  # (n, m), (m,)
     def point(ell):

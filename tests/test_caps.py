@@ -68,7 +68,7 @@ def test_fgw_cap():
         fgw2(M, C1, C2, max_iter=1)
     _, lg = no_warning(lambda: fgw(M, C1, C2, log=True))
     assert lg['converged'] is True and lg['n_iter'] < 10000
-    with pytest.raises(ValueError, match='num_iter_max must be an integer >= 1'):
+    with pytest.raises(ValueError, match='max_iter must be an integer >= 1, got 0'):
         fgw(M, C1, C2, max_iter=0)
 
 def test_fgw_barycenter_reports_inner_caps_once():
