@@ -43,7 +43,7 @@ def _prompt_spans(
     return pts, valid.to(h.dtype) / ln[:, None].to(h.dtype), own, tok, valid
 
 # %% ../nbs/09b_baselines.ipynb #79c8214e
-SHEAR_SINKHORN = dict(num_iter_max=100, stop_thr=1e-6)  # SHEAR's window OT solves (ours: distances are O(1)); steps of `solver`
+SHEAR_SINKHORN = dict(num_iter_max=100, stop_thr=1e-6)  # window OT solves (ours: distances are O(1))
 
 # %% ../nbs/09b_baselines.ipynb #68f39895
 def shear_weights(
@@ -61,10 +61,12 @@ def shear_weights(
 ) -> torch.Tensor:
     "SHEAR token weights (B, T): max over covering windows of the entropic W1 distance to the nearest opposing-outcome window."
     hidden, mask, rewards, group_ids, _ = check_rollouts(hidden, mask, rewards, group_ids)
-    if solver not in ('newton', 'sinkhorn'): raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
+    if solver not in ('newton', 'sinkhorn'):
+        raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
     solve = semidual_newton if solver == 'newton' else sinkhorn_log
-    kw = {**SHEAR_SINKHORN, **(sinkhorn_kw or {}), 'warn': False, 'log': True}  # caps: counted, reported once below
-    info = dict(windows=0, unconverged=0, err=0., num_iter_max=kw['num_iter_max'], solver=solver, stop_thr=kw['stop_thr'])
+    kw = {**SHEAR_SINKHORN, **(sinkhorn_kw or {}), 'warn': False, 'log': True}  # caps: counted, reported below
+    info = dict(windows=0, unconverged=0, err=0., num_iter_max=kw['num_iter_max'], solver=solver,
+                stop_thr=kw['stop_thr'])
     L = mask.sum(-1)  # (B,)
     w = torch.ones(mask.shape, dtype=hidden.dtype, device=hidden.device)  # (B, T)
     for p in torch.unique(group_ids):
@@ -75,7 +77,8 @@ def shear_weights(
         pts, a, own, tok, valid = _prompt_spans(hp, L[idx].tolist(), width, stride)
         n, wd = pts.shape[:2]
         M = torch.cdist(pts.flatten(0, 1), pts.flatten(0, 1)).view(n, wd, n, wd).transpose(1, 2)  # (n, n, w, w) ‖h - h'‖
-        plan, lg = solve(a[:, None].expand(-1, n, -1), a[None].expand(n, -1, -1), M, reg, **kw)  # (n, n, w, w)
+        a_src, a_dst = a[:, None].expand(-1, n, -1), a[None].expand(n, -1, -1)  # (n, n, w) each
+        plan, lg = solve(a_src, a_dst, M, reg, **kw)  # (n, n, w, w)
         bad = ~lg['converged']  # (n, n) window problems stopped at the cap
         info['windows'] += bad.numel(); info['unconverged'] += int(bad.sum())
         info['err'] = max(info['err'], float(lg['err'][bad].max()) if bad.any() else 0.)
@@ -86,15 +89,17 @@ def shear_weights(
         flat = (own[:, None] * mask.shape[1] + tok)[valid]  # covering pairs (window, token)
         wk.scatter_reduce_(0, flat, Dmin[:, None].expand_as(tok)[valid], reduce='amax')
         w[idx] = torch.where(mask[idx], wk.view(len(idx), -1), torch.ones_like(w[idx]))
-    if warn and info['unconverged']: warnings.warn(f"shear_weights: {shear_cap_note(info)}", ConvergenceWarning, stacklevel=2)
+    if warn and info['unconverged']:
+        warnings.warn(f"shear_weights: {shear_cap_note(info)}", ConvergenceWarning, stacklevel=2)
     return (w, info) if log else w
 
 # %% ../nbs/09b_baselines.ipynb #b139c294
 def shear_cap_note(info:dict # `shear_weights`'s log
                   ) -> str:  # one line for a record's notes
     "The line that reports SHEAR's window problems stopped at their cap."
-    return (f"SHEAR: {info['unconverged']} of {info['windows']} window OT problems stopped at num_iter_max={info['num_iter_max']} "
-            f"({info['solver']}) above stop_thr={info['stop_thr']:.0e} (largest marginal error {info['err']:.1e})")
+    return (f"SHEAR: {info['unconverged']} of {info['windows']} window OT problems stopped at "
+            f"num_iter_max={info['num_iter_max']} ({info['solver']}) above stop_thr={info['stop_thr']:.0e} "
+            f"(largest marginal error {info['err']:.1e})")
 
 # %% ../nbs/09b_baselines.ipynb #3aff76a0
 def token_entropy(
@@ -153,7 +158,7 @@ def shear_advantages(hidden, mask, rewards, group_ids, base:str='grpo', advantag
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
     w, info = shear_weights(hidden, mask, rewards, group_ids, log=True, **shear_kw)  # (B, T), caps
-    if info['unconverged']: notes.append(shear_cap_note(info))  # the warning came from `shear_weights`
+    if info['unconverged']: notes.append(shear_cap_note(info))  # `shear_weights` warned
     return apply_weights(A, w, mask), Reweighting('shear', A, w, signal=w, notes=notes)
 
 # %% ../nbs/09b_baselines.ipynb #797ed46f

@@ -174,12 +174,12 @@ def sinkhorn_reference(a:torch.Tensor, # (n,) source weights, sum 1 (zeros allow
                        b:torch.Tensor, # (m,) target weights, sum 1
                        M:torch.Tensor, # (n, m) cost
                        reg:float,      # entropic regulariser $\varepsilon > 0$
-                       stop_thr:float=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2 <$ stop_thr (floored, `stop_floor`)
+                       stop_thr:float=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2 <$ this (`stop_floor`)
                        num_iter_max:int=10000, # most iterations
                        warn:bool=True, # `ConvergenceWarning` when num_iter_max is reached first
-                       log:bool=False  # return dict(n_iter, err, converged, stop_thr) in place of n_iter
+                       log:bool=False  # dict(n_iter, err, converged, stop_thr) in place of n_iter
                       ) -> tuple:      # plan (n, m), iterations run (or the log dict)
-    "Log-domain Sinkhorn on one problem, $v$ then $u$, checked every iteration: the shortest code of the updates above."
+    "Log-domain Sinkhorn on one problem, $v$ then $u$, checked every iteration: the shortest code."
     a, b, M = check_ot_inputs(a, b, M, reg); check_iterations(num_iter_max, 1, 1.)
     thr = max(stop_thr, float(stop_floor(M, b, reg)))  # what the dtype can resolve
     logK, log_a, log_b = -M / reg, a.log(), b.log()  # (n, m), (n,), (m,)
@@ -191,6 +191,6 @@ def sinkhorn_reference(a:torch.Tensor, # (n,) source weights, sum 1 (zeros allow
         err = float((plan.sum(0) - b).norm())  # ||T^T 1 - b||_2
         if err < thr: break
     if warn and err >= thr:
-        warnings.warn(f"sinkhorn_reference: stopped at num_iter_max={num_iter_max} with marginal error "
-                      f"{err:.2e} >= stop_thr {thr:.1e}", ConvergenceWarning, stacklevel=2)
+        warnings.warn(f"sinkhorn_reference: stopped at num_iter_max={num_iter_max} with "
+                      f"marginal error {err:.2e} >= stop_thr {thr:.1e}", ConvergenceWarning, stacklevel=2)
     return plan, (dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr) if log else it)

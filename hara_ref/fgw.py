@@ -134,7 +134,7 @@ def fgw(M:torch.Tensor,             # (n, m) feature cost $M_{tj}$
         tol_rel:float=1e-9,         # stop on relative change of the objective
         tol_abs:float=1e-9,         # stop on absolute change of the objective
         log:bool=False,             # also return dict(fgw_dist, loss, n_iter, converged)
-        warn:bool=True              # `ConvergenceWarning` when max_iter is reached before a tolerance holds
+        warn:bool=True              # `ConvergenceWarning` when max_iter comes first
        ):                           # plan (n, m) [, log]
     "FGW plan by conditional gradient with exact line search (square loss), as `ot.gromov.fused_gromov_wasserstein`."
     p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha); check_iterations(max_iter, 1, 1., 'max_iter')
@@ -154,9 +154,10 @@ def fgw(M:torch.Tensor,             # (n, m) feature cost $M_{tj}$
         conv = abs(cost - old) < tol_abs or (cost != 0 and abs(cost - old) / abs(cost) < tol_rel)
         if conv: break
     if warn and not conv:
-        warnings.warn(f"fgw: stopped at max_iter={max_iter} Frank-Wolfe iterations with objective change {abs(cost - old):.2e} "
-                      f"(tol_abs {tol_abs:.0e}; relative {abs(cost - old) / max(abs(cost), 1e-300):.2e}, tol_rel {tol_rel:.0e})",
-                      ConvergenceWarning, stacklevel=2)
+        step = abs(cost - old)  # last change of the objective
+        warnings.warn(f"fgw: stopped at max_iter={max_iter} Frank-Wolfe iterations with objective change "
+                      f"{step:.2e} (tol_abs {tol_abs:.0e}; relative {step / max(abs(cost), 1e-300):.2e}, "
+                      f"tol_rel {tol_rel:.0e})", ConvergenceWarning, stacklevel=2)
     return (G, dict(fgw_dist=cost, loss=losses, n_iter=it, converged=conv)) if log else G
 
 # %% ../nbs/04_fgw.ipynb #60fa4e78

@@ -17,10 +17,10 @@ def semidual_reference(a:torch.Tensor, # (n,) source weights, all > 0, sum 1
                        b:torch.Tensor, # (m,) target weights, all > 0, sum 1
                        M:torch.Tensor, # (n, m) cost
                        reg:float,      # entropic regulariser $\varepsilon$
-                       tol:float=1e-10, # stop when $\lVert b - c\rVert_2 <$ tol (floored, `stop_floor`)
+                       tol:float=1e-10, # stop when $\lVert b - c\rVert_2 <$ tol (`stop_floor`)
                        max_iter:int=100, # most Newton steps
                        warn:bool=True, # `SinkhornConvergenceWarning` when max_iter is reached first
-                       log:bool=False  # return dict(n_iter, err, converged, stop_thr) in place of the steps
+                       log:bool=False  # dict(n_iter, err, converged, stop_thr) in place of the steps
                       ) -> tuple:     # plan (n, m), Newton steps taken (or the log dict)
     "Entropic OT by Newton's method on the semi-dual (N1)-(N3) with Armijo backtracking: the reference, one problem."
     a, b, M = check_ot_inputs(a, b, M, reg); check_iterations(max_iter, 1, 1., 'max_iter')
@@ -45,9 +45,10 @@ def semidual_reference(a:torch.Tensor, # (n,) source weights, all > 0, sum 1
             t /= 2
         ell, S, J = ell + t * d, S_new, J_new
     if warn and err >= thr:
-        warnings.warn(f"semidual_reference: stopped at max_iter={max_iter} Newton steps with marginal error "
-                      f"{err:.2e} >= tol {thr:.1e}", SinkhornConvergenceWarning, stacklevel=2)
-    return a[:, None] * S, (dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr) if log else it)
+        warnings.warn(f"semidual_reference: stopped at max_iter={max_iter} Newton steps with "
+                      f"marginal error {err:.2e} >= tol {thr:.1e}", SinkhornConvergenceWarning, stacklevel=2)
+    lg = dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr)
+    return a[:, None] * S, (lg if log else it)
 
 # %% ../nbs/03a_newton.ipynb #05246c4b
 def semidual_point(logK:torch.Tensor, # (P, n, m) $\log K = -M/\varepsilon$

@@ -36,7 +36,7 @@ def scaling_step(Kt:torch.Tensor, # (..., n, m) stabilised kernel $\tilde K$
 
 # %% ../nbs/03_sinkhorn_batched.ipynb #463f6007
 class SinkhornConvergenceWarning(ConvergenceWarning):
-    "Raised (as a warning) when some Sinkhorn problems did not meet `stop_thr` within `num_iter_max` iterations (a `ConvergenceWarning`)."
+    "Warned when some Sinkhorn problems did not meet `stop_thr` within `num_iter_max` iterations (a `ConvergenceWarning`)."
 
 # %% ../nbs/03_sinkhorn_batched.ipynb #b74be7f0
 def _fold(log_u, log_v, u, v, sel):
