@@ -4,14 +4,15 @@
 
 # %% ../nbs/09b_baselines.ipynb #fc0c2c2b
 from __future__ import annotations
-import math
+import math, warnings
 import torch
-from .sinkhorn import sinkhorn_log
+from .sinkhorn import sinkhorn_log, ConvergenceWarning
+from .newton import semidual_newton
 from .rollouts import check_rollouts, _check_mask, _check_labels, Reweighting, base_or_given, apply_weights
 
 # %% auto #0
-__all__ = ['SHEAR_SINKHORN', 'window_starts', 'shear_weights', 'token_entropy', 'entropy_weights', 'position_weights',
-           'shear_advantages', 'entropy_advantages', 'position_advantages']
+__all__ = ['SHEAR_SINKHORN', 'window_starts', 'shear_weights', 'shear_cap_note', 'token_entropy', 'entropy_weights',
+           'position_weights', 'shear_advantages', 'entropy_advantages', 'position_advantages']
 
 # %% ../nbs/09b_baselines.ipynb #b1597dfe
 def window_starts(
@@ -42,7 +43,7 @@ def _prompt_spans(
     return pts, valid.to(h.dtype) / ln[:, None].to(h.dtype), own, tok, valid
 
 # %% ../nbs/09b_baselines.ipynb #79c8214e
-SHEAR_SINKHORN = dict(num_iter_max=200, stop_thr=1e-6, warn=False)  # SHEAR's window OT solves (ours: distances are O(1))
+SHEAR_SINKHORN = dict(num_iter_max=100, stop_thr=1e-6)  # window OT solves (ours: distances are O(1))
 
 # %% ../nbs/09b_baselines.ipynb #68f39895
 def shear_weights(
@@ -53,10 +54,19 @@ def shear_weights(
     width:int=16, # window width w (SHEAR: 100 at LLM scale)
     stride:int=4, # stride s (SHEAR: 25)
     reg:float=0.05, # ε of the entropic W1 (on costs divided by the mean hidden-state norm)
-    sinkhorn_kw:dict|None=None, # more arguments for `sinkhorn_log`
+    sinkhorn_kw:dict|None=None, # more arguments for the window solver (num_iter_max, stop_thr, ...)
+    solver:str='newton', # window OT by 'newton' (`semidual_newton`) or 'sinkhorn' (`sinkhorn_log`)
+    warn:bool=True, # one `ConvergenceWarning` per call if some window problems stopped at their cap
+    log:bool=False, # also return dict(windows, unconverged, err, num_iter_max, solver)
 ) -> torch.Tensor:
     "SHEAR token weights (B, T): max over covering windows of the entropic W1 distance to the nearest opposing-outcome window."
     hidden, mask, rewards, group_ids, _ = check_rollouts(hidden, mask, rewards, group_ids)
+    if solver not in ('newton', 'sinkhorn'):
+        raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
+    solve = semidual_newton if solver == 'newton' else sinkhorn_log
+    kw = {**SHEAR_SINKHORN, **(sinkhorn_kw or {}), 'warn': False, 'log': True}  # caps: counted, reported below
+    info = dict(windows=0, unconverged=0, err=0., num_iter_max=kw['num_iter_max'], solver=solver,
+                stop_thr=kw['stop_thr'])
     L = mask.sum(-1)  # (B,)
     w = torch.ones(mask.shape, dtype=hidden.dtype, device=hidden.device)  # (B, T)
     for p in torch.unique(group_ids):
@@ -67,7 +77,11 @@ def shear_weights(
         pts, a, own, tok, valid = _prompt_spans(hp, L[idx].tolist(), width, stride)
         n, wd = pts.shape[:2]
         M = torch.cdist(pts.flatten(0, 1), pts.flatten(0, 1)).view(n, wd, n, wd).transpose(1, 2)  # (n, n, w, w) ‖h - h'‖
-        plan = sinkhorn_log(a[:, None].expand(-1, n, -1), a[None].expand(n, -1, -1), M, reg, **{**SHEAR_SINKHORN, **(sinkhorn_kw or {})})
+        a_src, a_dst = a[:, None].expand(-1, n, -1), a[None].expand(n, -1, -1)  # (n, n, w) each
+        plan, lg = solve(a_src, a_dst, M, reg, **kw)  # (n, n, w, w)
+        bad = ~lg['converged']  # (n, n) window problems stopped at the cap
+        info['windows'] += bad.numel(); info['unconverged'] += int(bad.sum())
+        info['err'] = max(info['err'], float(lg['err'][bad].max()) if bad.any() else 0.)
         D = (plan * M).sum((-1, -2))  # (n, n) entropic W1 between windows
         opp = r[own][:, None] != r[own][None, :]  # (n, n) windows of opposing outcomes
         Dmin = torch.where(opp, D, torch.full_like(D, float('inf'))).min(-1).values  # (n,)
@@ -75,7 +89,17 @@ def shear_weights(
         flat = (own[:, None] * mask.shape[1] + tok)[valid]  # covering pairs (window, token)
         wk.scatter_reduce_(0, flat, Dmin[:, None].expand_as(tok)[valid], reduce='amax')
         w[idx] = torch.where(mask[idx], wk.view(len(idx), -1), torch.ones_like(w[idx]))
-    return w
+    if warn and info['unconverged']:
+        warnings.warn(f"shear_weights: {shear_cap_note(info)}", ConvergenceWarning, stacklevel=2)
+    return (w, info) if log else w
+
+# %% ../nbs/09b_baselines.ipynb #b139c294
+def shear_cap_note(info:dict # `shear_weights`'s log
+                  ) -> str:  # one line for a record's notes
+    "The line that reports SHEAR's window problems stopped at their cap."
+    return (f"SHEAR: {info['unconverged']} of {info['windows']} window OT problems stopped at "
+            f"num_iter_max={info['num_iter_max']} ({info['solver']}) above stop_thr={info['stop_thr']:.0e} "
+            f"(largest marginal error {info['err']:.1e})")
 
 # %% ../nbs/09b_baselines.ipynb #3aff76a0
 def token_entropy(
@@ -133,7 +157,8 @@ def shear_advantages(hidden, mask, rewards, group_ids, base:str='grpo', advantag
     "SHEAR: token advantages (B, T) = A_i × SHEAR span-distance weights, and a `Reweighting` record."
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
-    w = shear_weights(hidden, mask, rewards, group_ids, **shear_kw)  # (B, T)
+    w, info = shear_weights(hidden, mask, rewards, group_ids, log=True, **shear_kw)  # (B, T), caps
+    if info['unconverged']: notes.append(shear_cap_note(info))  # `shear_weights` warned
     return apply_weights(A, w, mask), Reweighting('shear', A, w, signal=w, notes=notes)
 
 # %% ../nbs/09b_baselines.ipynb #797ed46f

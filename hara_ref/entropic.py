@@ -8,8 +8,9 @@ import math, warnings
 import numpy as np, torch
 
 # %% auto #0
-__all__ = ['sinkhorn_naive', 'lse_update', 'sinkhorn_reference', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'marginal_error',
-           'stop_floor', 'item_thresholds', 'solve_in_float32', 'check_warm_start', 'check_iterations']
+__all__ = ['sinkhorn_naive', 'lse_update', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor',
+           'item_thresholds', 'solve_in_float32', 'check_warm_start', 'check_iterations', 'ConvergenceWarning',
+           'sinkhorn_reference']
 
 # %% ../nbs/03_sinkhorn.ipynb #9cebbc29
 def sinkhorn_naive(a:torch.Tensor, # (n,) source weights, sum 1
@@ -35,24 +36,6 @@ def lse_update(log_w:torch.Tensor,   # (..., p) log target weights of the side b
     lse = torch.logsumexp(logK + log_s.unsqueeze(-2), dim=-1)  # (..., p)
     # rows that are entirely padding (all -inf) give lse = -inf; keep them at -inf, never nan
     return torch.where(torch.isfinite(log_w), log_w - lse, torch.full_like(lse, -math.inf))  # (..., p)
-
-# %% ../nbs/03_sinkhorn.ipynb #2330480a
-def sinkhorn_reference(a:torch.Tensor, # (n,) source weights, sum 1 (zeros allowed)
-                       b:torch.Tensor, # (m,) target weights, sum 1
-                       M:torch.Tensor, # (n, m) cost
-                       reg:float,      # entropic regulariser $\varepsilon > 0$
-                       stop_thr:float=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2 <$ stop_thr
-                       num_iter_max:int=10000 # most iterations
-                      ) -> tuple:      # plan (n, m), iterations run
-    "Log-domain Sinkhorn on one problem, $v$ then $u$, checked every iteration: the shortest code of the updates above."
-    logK, log_a, log_b = -M / reg, a.log(), b.log()  # (n, m), (n,), (m,)
-    log_u = torch.where(a > 0, 0., -math.inf).to(M.dtype)  # (n,)
-    for it in range(1, num_iter_max + 1):
-        log_v = lse_update(log_b, logK.T, log_u)  # (m,)  log v <- log b - LSE_i(log K + log u)
-        log_u = lse_update(log_a, logK, log_v)  # (n,)  log u <- log a - LSE_j(log K + log v)
-        plan = torch.exp(log_u[:, None] + logK + log_v[None, :])  # (n, m)
-        if (plan.sum(0) - b).norm() < stop_thr: break
-    return plan, it
 
 # %% ../nbs/03_sinkhorn.ipynb #b376d7ba
 def as_reg(reg # $\varepsilon$: a Python number, NumPy scalar, 0-d array or 0-d tensor
@@ -174,9 +157,40 @@ def check_warm_start(x,                # (..., p) warm start (tensor or NumPy ar
 # %% ../nbs/03_sinkhorn.ipynb #77981b36
 def check_iterations(num_iter_max:int, # most iterations, >= 1
                      check_every:int,  # iterations between checks, >= 1
-                     omega:float|str   # over-relaxation in [1, 2), or 'auto'
+                     omega:float|str,  # over-relaxation in [1, 2), or 'auto'
+                     name:str='num_iter_max' # the caller's name for the cap, for the message
                     ) -> None:
-    "Validate `sinkhorn_log`'s iteration settings."
-    for name, k in (('num_iter_max', num_iter_max), ('check_every', check_every)):
+    "Validate `sinkhorn_log`'s iteration settings (and any solver's cap, under its own name)."
+    for name, k in ((name, num_iter_max), ('check_every', check_every)):
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1: raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
     if not omega == 'auto' and not (isinstance(omega, (int, float)) and 1 <= omega < 2): raise ValueError(f"omega must be in [1, 2) or 'auto', got {omega!r}")
+
+# %% ../nbs/03_sinkhorn.ipynb #19ad9165
+class ConvergenceWarning(UserWarning, RuntimeWarning):
+    "An iterative solver stopped at its iteration cap before its stopping rule held."
+
+# %% ../nbs/03_sinkhorn.ipynb #a725d2b9
+def sinkhorn_reference(a:torch.Tensor, # (n,) source weights, sum 1 (zeros allowed)
+                       b:torch.Tensor, # (m,) target weights, sum 1
+                       M:torch.Tensor, # (n, m) cost
+                       reg:float,      # entropic regulariser $\varepsilon > 0$
+                       stop_thr:float=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2 <$ this (`stop_floor`)
+                       num_iter_max:int=10000, # most iterations
+                       warn:bool=True, # `ConvergenceWarning` when num_iter_max is reached first
+                       log:bool=False  # dict(n_iter, err, converged, stop_thr) in place of n_iter
+                      ) -> tuple:      # plan (n, m), iterations run (or the log dict)
+    "Log-domain Sinkhorn on one problem, $v$ then $u$, checked every iteration: the shortest code."
+    a, b, M = check_ot_inputs(a, b, M, reg); check_iterations(num_iter_max, 1, 1.)
+    thr = max(stop_thr, float(stop_floor(M, b, reg)))  # what the dtype can resolve
+    logK, log_a, log_b = -M / reg, a.log(), b.log()  # (n, m), (n,), (m,)
+    log_u = torch.where(a > 0, 0., -math.inf).to(M.dtype)  # (n,)
+    for it in range(1, num_iter_max + 1):
+        log_v = lse_update(log_b, logK.T, log_u)  # (m,)  log v <- log b - LSE_i(log K + log u)
+        log_u = lse_update(log_a, logK, log_v)  # (n,)  log u <- log a - LSE_j(log K + log v)
+        plan = torch.exp(log_u[:, None] + logK + log_v[None, :])  # (n, m)
+        err = float((plan.sum(0) - b).norm())  # ||T^T 1 - b||_2
+        if err < thr: break
+    if warn and err >= thr:
+        warnings.warn(f"sinkhorn_reference: stopped at num_iter_max={num_iter_max} with "
+                      f"marginal error {err:.2e} >= stop_thr {thr:.1e}", ConvergenceWarning, stacklevel=2)
+    return plan, (dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr) if log else it)

@@ -9,6 +9,7 @@ import torch
 from .fgw import chain_graph, chain_positions, chain_structure, normalize_features, fgw, fgw_objective
 from .fgw_barycenter import rollout_barycenter, monotone_coupling, sq_dists
 from .lfgw import chain_tau_bar
+from .sinkhorn import ConvergenceWarning
 from .novelty import lifted_cost
 
 # %% auto #0
@@ -19,10 +20,10 @@ EXACT_DEFAULTS = dict(max_iter=200, tol=1e-9, warn=False)  # `hara_novelty`'s se
 
 # %% ../nbs/09d_exact.ipynb #3ba19f8e
 def _group_solve(h, mask, rows, L_b, alpha, normalize, max_iter, tol):
-    "Exact barycenter of the rollouts `rows`: Z (L_b, d), plans K x (L_i, L_b), iterations, converged, objective."
+    "Exact barycenter of `rows`: Z (L_b, d), plans K x (L_i, L_b), iterations, converged, objective, FGW caps."
     hg, mg = h[rows].masked_fill(~mask[rows].unsqueeze(-1), 0.), mask[rows]  # (K, T, d), (K, T): padding zeroed
     Z, _, lg = rollout_barycenter(hg, mg, L_b, alpha, 'chain', normalize, max_iter=max_iter, tol=tol, warn=False)
-    return Z, lg['plans'], lg['n_iter'], lg['converged'], lg['loss'][-1]
+    return Z, lg['plans'], lg['n_iter'], lg['converged'], lg['loss'][-1], lg['fgw_unconverged']
 
 # %% ../nbs/09d_exact.ipynb #fc46faf2
 def exact_group_barycenters(
@@ -35,7 +36,7 @@ def exact_group_barycenters(
     normalize:str='unit', # feature normalisation (`normalize_features`)
     max_iter:int=200, # most block-coordinate iterations per group
     tol:float=1e-9, # a group stops when Z moves less than this (Frobenius)
-    warn:bool=True, # RuntimeWarning when some group stops at max_iter
+    warn:bool=True, # `ConvergenceWarning` (a RuntimeWarning): a group, or a last FGW plan, stopped at its cap
 ) -> tuple: # Z (G, L_b, d) and info dict (token_cost (N, T), plans (N, T, L_b), ...)
     "Exact FGW barycenter (chain structure fixed) of every group, one group at a time; `info` has the keys `hara_novelty` reads from `group_barycenters`."
     N, T, d = h.shape
@@ -43,19 +44,28 @@ def exact_group_barycenters(
     tau_bar, tau = chain_tau_bar(L_b, h.dtype, h.device), chain_positions(mask, h.dtype)  # (L_b,), (N, T)
     Z, plans, tok = h.new_zeros(G, L_b, d), h.new_zeros(N, T, L_b), h.new_zeros(N, T)  # (G, L_b, d), (N, T, L_b), (N, T)
     n_it, conv, loss = torch.zeros(G, dtype=torch.long), torch.ones(G, dtype=torch.bool), h.new_zeros(G)  # (G,)
+    n_fgw = 0  # FGW plans of the groups' last iterations that stopped at fgw's cap
     for g in range(G):
         rows = ((group == g) & mask.any(-1)).nonzero().flatten()  # (K,) the group's present rollouts
         if rows.numel() == 0: continue
-        Z[g], P, n_it[g], conv[g], loss[g] = _group_solve(h, mask, rows, L_b, alpha, normalize, max_iter, tol)
+        Z[g], P, n_it[g], conv[g], loss[g], capped = _group_solve(h, mask, rows, L_b, alpha, normalize,
+                                                                  max_iter, tol)
+        n_fgw += capped
         hn = normalize_features(h[rows].masked_fill(~mask[rows].unsqueeze(-1), 0.), normalize, mask[rows])  # (K, T, d)
         for k, (i, plan) in enumerate(zip(rows.tolist(), P)):
             m = mask[i]  # (T,)
             plans[i, m] = plan  # (L_i, L_b)
             tok[i, m] = (plan * lifted_cost(hn[k, m], tau[i, m], Z[g], tau_bar, alpha)).sum(-1)  # (L_i,) c_t = Σ_j T_tj Ĉ_tj
     bad = int((~conv).sum())
-    if warn and bad: warnings.warn(f"exact_group_barycenters: {bad} of {G} groups stopped at max_iter={max_iter} with Z still moving more than tol={tol:.0e}", RuntimeWarning, stacklevel=2)
+    if warn and bad:
+        warnings.warn(f"exact_group_barycenters: {bad} of {G} groups stopped at max_iter={max_iter} with Z "
+                      f"still moving more than tol={tol:.0e}", ConvergenceWarning, stacklevel=2)
+    if warn and n_fgw:
+        warnings.warn(f"exact_group_barycenters: {n_fgw} FGW plans of the last iterations stopped at fgw's "
+                      "max_iter", ConvergenceWarning, stacklevel=2)
     return Z, dict(token_cost=tok, plans=plans, tau_bar=tau_bar, n_iter=int(n_it.max()) if G else 0, n_iter_group=n_it,
-                   sinkhorn_iters=0, converged=bad == 0, converged_group=conv, unconverged=bad, objective=loss)
+                   sinkhorn_iters=0, converged=bad == 0, converged_group=conv, unconverged=bad, objective=loss,
+                   fgw_unconverged=n_fgw)
 
 # %% ../nbs/09d_exact.ipynb #f2d9cf6f
 def barycenter_objective(

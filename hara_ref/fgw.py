@@ -4,9 +4,9 @@
 
 # %% ../nbs/04_fgw.ipynb #dd60bb3d
 from __future__ import annotations
-import math
+import math, warnings
 import numpy as np, torch, ot
-from .sinkhorn import check_ot_inputs
+from .sinkhorn import check_ot_inputs, check_iterations, ConvergenceWarning
 
 # %% auto #0
 __all__ = ['chain_positions', 'chain_structure', 'normalize_features', 'chain_graph', 'gw_objective', 'fgw_objective',
@@ -133,10 +133,11 @@ def fgw(M:torch.Tensor,             # (n, m) feature cost $M_{tj}$
         max_iter:int=10000,         # most Frank-Wolfe iterations
         tol_rel:float=1e-9,         # stop on relative change of the objective
         tol_abs:float=1e-9,         # stop on absolute change of the objective
-        log:bool=False              # also return dict(fgw_dist, loss, n_iter)
+        log:bool=False,             # also return dict(fgw_dist, loss, n_iter, converged)
+        warn:bool=True              # `ConvergenceWarning` when max_iter comes first
        ):                           # plan (n, m) [, log]
     "FGW plan by conditional gradient with exact line search (square loss), as `ot.gromov.fused_gromov_wasserstein`."
-    p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha)
+    p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha); check_iterations(max_iter, 1, 1., 'max_iter')
     G = p[:, None] * q[None, :] if G0 is None else G0.to(M)  # (n, m)
     tol = 1e-8 if M.dtype == torch.float64 else 1e-5
     if G.shape != M.shape or (G.sum(1) - p).abs().max() > tol or (G.sum(0) - q).abs().max() > tol or (G < 0).any():
@@ -150,8 +151,14 @@ def fgw(M:torch.Tensor,             # (n, m) feature cost $M_{tj}$
         gamma, change = fgw_line_search(G, direction - G, M, C1, C2, alpha)
         G, old, cost = G + gamma * (direction - G), cost, cost + change
         losses.append(cost)
-        if abs(cost - old) < tol_abs or (cost != 0 and abs(cost - old) / abs(cost) < tol_rel): break
-    return (G, dict(fgw_dist=cost, loss=losses, n_iter=it)) if log else G
+        conv = abs(cost - old) < tol_abs or (cost != 0 and abs(cost - old) / abs(cost) < tol_rel)
+        if conv: break
+    if warn and not conv:
+        step = abs(cost - old)  # last change of the objective
+        warnings.warn(f"fgw: stopped at max_iter={max_iter} Frank-Wolfe iterations with objective change "
+                      f"{step:.2e} (tol_abs {tol_abs:.0e}; relative {step / max(abs(cost), 1e-300):.2e}, "
+                      f"tol_rel {tol_rel:.0e})", ConvergenceWarning, stacklevel=2)
+    return (G, dict(fgw_dist=cost, loss=losses, n_iter=it, converged=conv)) if log else G
 
 # %% ../nbs/04_fgw.ipynb #60fa4e78
 def fgw2(M, C1, C2, p=None, q=None, alpha:float=0.25, G0=None, **kwargs) -> float:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math, warnings
 import numpy as np, torch, ot
 from .fgw import fgw, fgw_objective, chain_graph, chain_structure
+from .sinkhorn import ConvergenceWarning
 from .data import planted_stage_rollouts, PlantedRollouts
 
 # %% auto #0
@@ -81,19 +82,21 @@ def fgw_barycenter(hs:list,             # K features (L_i, d)
                    warmstart:bool=True, # start each FGW solve from the previous plan (monotone objective)
                    init_plans:list|None=None, # K initial plans (L_i, L_b) for the first FGW solves
                    fgw_kwargs:dict|None=None, # passed to `fgw` (default POT's inner tolerances tol_rel=1e-5, tol_abs=0)
-                   log:bool=False,      # also return dict(plans, loss, err, n_iter, converged)
-                   warn:bool=True):     # warn when `max_iter` is reached before `tol`
-    "Exact FGW barycenter $(Z, \\bar C)$ by block-coordinate descent: plans, then features, then structure."
+                   log:bool=False,      # also return dict(plans, loss, err, n_iter, converged, fgw_unconverged)
+                   warn:bool=True):     # `ConvergenceWarning`: `max_iter` before `tol`, or a last plan at its cap
+    "Exact FGW barycenter $(Z, \\bar C)$ by block-coordinate descent: plans, features, structure; `fgw`'s caps reported here."
     hs, Cs, ps, lambdas, b = check_barycenter_inputs(hs, Cs, ps, lambdas, L_b, b)
     K, dt = len(hs), hs[0].dtype
     if fixed_features and init_Z is None: raise ValueError("fixed_features=True needs init_Z")
     Z = torch.zeros(L_b, hs[0].shape[1], dtype=dt) if init_Z is None else torch.as_tensor(init_Z).clone()  # (L_b, d)
     Cb = chain_structure(torch.linspace(0, 1, L_b, dtype=dt)) if init_C is None else torch.as_tensor(init_C).clone()  # (L_b, L_b)
-    kw = dict(tol_rel=1e-5, tol_abs=0.) | (fgw_kwargs or {})
+    kw = dict(tol_rel=1e-5, tol_abs=0.) | (fgw_kwargs or {}) | dict(log=True, warn=False)  # inner caps: counted
     plans, losses, errs = list(init_plans) if init_plans is not None else [None] * K, [], []
     for it in range(1, max_iter + 1):
         starts = plans if (warmstart or it == 1) else [None] * K
-        plans = [fgw(sq_dists(h, Z), C, Cb, p, b, alpha, G0=G, **kw) for h, C, p, G in zip(hs, Cs, ps, starts)]
+        sols = [fgw(sq_dists(h, Z), C, Cb, p, b, alpha, G0=G, **kw) for h, C, p, G in zip(hs, Cs, ps, starts)]
+        plans = [P for P, _ in sols]  # K x (L_i, L_b)
+        capped = sum(not lg['converged'] for _, lg in sols)  # plans that stopped at fgw's cap
         Z_old, C_old = Z, Cb
         if not fixed_features: Z = update_features(plans, hs, lambdas, b)  # (L_b, d)
         if not fixed_structure: Cb = update_structure(plans, Cs, lambdas, b)  # (L_b, L_b)
@@ -101,8 +104,13 @@ def fgw_barycenter(hs:list,             # K features (L_i, d)
         errs.append(max(0. if fixed_features else float((Z - Z_old).norm()), 0. if fixed_structure else float((Cb - C_old).norm())))
         if errs[-1] <= tol: break
     if warn and errs[-1] > tol:
-        warnings.warn(f"fgw_barycenter: stopped after {it} outer iterations with change {errs[-1]:.2e} > tol {tol:.1e}; increase max_iter", stacklevel=2)
-    return (Z, Cb, dict(plans=plans, loss=losses, err=errs, n_iter=it, converged=errs[-1] <= tol)) if log else (Z, Cb)
+        warnings.warn(f"fgw_barycenter: stopped after {it} outer iterations (max_iter={max_iter}) with change "
+                      f"{errs[-1]:.2e} > tol {tol:.1e}; increase max_iter", ConvergenceWarning, stacklevel=2)
+    if warn and capped:
+        warnings.warn(f"fgw_barycenter: {capped} of {K} FGW plans of the last iteration stopped at fgw's "
+                      f"max_iter={kw.get('max_iter', 10000)}", ConvergenceWarning, stacklevel=2)
+    lg = dict(plans=plans, loss=losses, err=errs, n_iter=it, converged=errs[-1] <= tol, fgw_unconverged=capped)
+    return (Z, Cb, lg) if log else (Z, Cb)
 
 # %% ../nbs/05_fgw_barycenter.ipynb #eeda1b50
 def monotone_coupling(p:torch.Tensor, # (n,) weights of a chain, in order

@@ -6,7 +6,7 @@
 from __future__ import annotations
 import math, warnings
 import torch
-from .sinkhorn import sinkhorn_log
+from .sinkhorn import sinkhorn_log, ConvergenceWarning
 from .newton import semidual_newton
 from .fgw import chain_positions, normalize_features
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
@@ -150,11 +150,12 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
                       omega:float|str=1.9, # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
                       check_every:int=5,   # Sinkhorn checks its marginal error every this many iterations
                       final_sinkhorn:dict|None=None, # if given, keywords of `solver`'s function for one more solve against the final Z (exact plans)
-                      warn:bool=True,     # warn if some group did not converge
+                      warn:bool=True,     # `ConvergenceWarning` if a group or a final plan stopped at its cap
                       anderson:int=0,     # Anderson memory m of the outer fixed point (0: plain iteration, the reference), see above
                       solver:str='newton' # entropic plans by 'newton' (chapter 03a's `semidual_newton`) or 'sinkhorn' (chapter 03's `sinkhorn_log`)
                      ) -> tuple:          # Z (G, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
     "Linearized FGW barycenter of every group of rollouts, all groups at once: per-rollout products, one batched OT solve, per-group stopping."
+    # inner solves stop at `inner_iter` unreported: the outer rule (`tol`) decides; outer and final caps are warned
     if not isinstance(h, torch.Tensor) or not h.is_floating_point() or h.ndim != 3: raise TypeError(f"h must be a floating (N, T, d) tensor, got {getattr(h, 'dtype', type(h))} {tuple(getattr(h, 'shape', ()))}")
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != h.shape[:-1]: raise ValueError(f"mask must be bool of shape {tuple(h.shape[:-1])}")
     if not isinstance(group, torch.Tensor) or group.shape != h.shape[:1] or group.is_floating_point(): raise ValueError(f"group must be an integer tensor of shape ({h.shape[0]},)")
@@ -217,13 +218,18 @@ def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollo
         conv = (dist < tol) | (last < noise) | ~torch.zeros(G, dtype=torch.bool, device=h.device).index_fill_(0, gid[rows], True)  # (G,) empty groups count as converged
     if warn and not conv.all():
         warnings.warn(f"linearized barycenter (group_barycenters): {int((~conv).sum())} of {G} groups not converged in {max_iter} iterations "
-                      f"(largest estimated distance to the fixed point {float(dist[~conv].max()):.2e} >= tol {tol:.1e})", stacklevel=2)
+                      f"(largest estimated distance to the fixed point {float(dist[~conv].max()):.2e} >= tol {tol:.1e})",
+                      ConvergenceWarning, stacklevel=2)
     info = dict(plans=plans, token_cost=tok, node_cost=node, tau_bar=tau_bar, n_iter=int(n_it.max()) if G else 0, n_iter_group=n_it,
                 sinkhorn_iters=int(n_sk.max()) if G else 0, err=errs, converged=bool(conv.all()), converged_group=conv.cpu(),
                 marginal_err=merr, lam=lam)
     if final_sinkhorn is not None:
         info['final_sinkhorn_iters'] = lg['n_iter'] if rows.numel() else 0
         info['final_unconverged'] = int((~lg['converged']).sum()) if rows.numel() else 0  # final plans that stopped at their cap
+        if warn and info['final_unconverged']:
+            warnings.warn(f"linearized barycenter (group_barycenters): {info['final_unconverged']} final plans "
+                          f"stopped at their cap (largest marginal error {float(lg['err'].max()):.1e})",
+                          ConvergenceWarning, stacklevel=2)
     return Z, info
 
 # %% ../nbs/06a_barycenters.ipynb #a6977d4c

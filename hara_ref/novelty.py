@@ -196,7 +196,7 @@ def _group_notes(
 
 # %% ../nbs/09a_novelty.ipynb #a548da0f
 def _cap_notes(info:dict, bary_kw:dict, final_kw:dict|None, kind:str='linearized') -> list:
-    "One note per iteration cap the barycenter solver hit (outer iterations, final plans); `kind` names the barycenter."
+    "One note per cap the barycenter solver hit (outer iterations, final plans, exact FGW plans); `kind`: the barycenter."
     notes = []
     if not info['converged']:
         bad = int((~info['converged_group']).sum())
@@ -205,6 +205,9 @@ def _cap_notes(info:dict, bary_kw:dict, final_kw:dict|None, kind:str='linearized
     if final_kw is not None and info.get('final_unconverged', 0):
         notes.append(f"final plans: {info['final_unconverged']} Sinkhorn problems stopped at num_iter_max={final_kw['num_iter_max']} "
                      f"above stop_thr={final_kw['stop_thr']:.0e} (largest marginal error {float(info['marginal_err'].max()):.1e})")
+    if info.get('fgw_unconverged', 0):
+        notes.append(f"{kind} barycenter: {info['fgw_unconverged']} FGW plans of the last iterations stopped at "
+                     "fgw's max_iter")
     return notes
 
 # %% ../nbs/09a_novelty.ipynb #430ea7bf

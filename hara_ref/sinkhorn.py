@@ -8,7 +8,7 @@ import math, warnings
 import numpy as np, torch
 from .entropic import (  # chapter 03's pieces, re-exported: `from hara_ref.sinkhorn import ...` reaches them all
     sinkhorn_naive, lse_update, sinkhorn_reference, as_reg, broadcast_batch, check_ot_inputs, marginal_error, stop_floor,
-    item_thresholds, solve_in_float32, check_warm_start, check_iterations)
+    item_thresholds, solve_in_float32, check_warm_start, check_iterations, ConvergenceWarning)
 
 # %% auto #0
 __all__ = ['scaling_step', 'SinkhornConvergenceWarning', 'relax_omega', 'sinkhorn_log', 'sinkhorn_log2']
@@ -35,8 +35,8 @@ def scaling_step(Kt:torch.Tensor, # (..., n, m) stabilised kernel $\tilde K$
     return u, v, ok
 
 # %% ../nbs/03_sinkhorn_batched.ipynb #463f6007
-class SinkhornConvergenceWarning(UserWarning):
-    "Raised (as a warning) when some Sinkhorn problems did not meet `stop_thr` within `num_iter_max` iterations."
+class SinkhornConvergenceWarning(ConvergenceWarning):
+    "Warned when some Sinkhorn problems did not meet `stop_thr` within `num_iter_max` iterations (a `ConvergenceWarning`)."
 
 # %% ../nbs/03_sinkhorn_batched.ipynb #b74be7f0
 def _fold(log_u, log_v, u, v, sel):
