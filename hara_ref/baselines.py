@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 import torch
 from .sinkhorn import sinkhorn_log
-from .rollouts import (
-    check_rollouts, check_scalar, _check_mask, _check_labels, Reweighting, base_or_given, apply_weights)
+from hara_ref.rollouts import (
+    check_rollouts, check_scalar, _check_mask, _check_labels, Reweighting, base_or_given,
+    apply_weights)
 
 # %% auto #0
 __all__ = ['SHEAR_SINKHORN', 'window_starts', 'shear_weights', 'token_entropy', 'entropy_weights', 'position_weights',
@@ -57,7 +58,8 @@ def shear_weights(
     sinkhorn_kw:dict|None=None, # more arguments for `sinkhorn_log`
 ) -> torch.Tensor:
     "SHEAR token weights (B, T): max over covering windows of the entropic W1 distance to the nearest opposing-outcome window."
-    width, stride = check_scalar('width', width, 1, integer=True), check_scalar('stride', stride, 1, integer=True)
+    width = check_scalar('width', width, 1, integer=True)
+    stride = check_scalar('stride', stride, 1, integer=True)
     reg = check_scalar('reg', reg, 0, open_low=True)
     hidden, mask, rewards, group_ids, _ = check_rollouts(hidden, mask, rewards, group_ids)
     L = mask.sum(-1)  # (B,)
@@ -113,7 +115,8 @@ def position_weights(
     "Position-only token weights (B, T) (our reading of GRPO-λ's traces), 1 on padding."
     mask = _check_mask(torch.as_tensor(mask), *mask.shape) if mask.ndim == 2 else None
     if mask is None: raise ValueError("mask must be (B, T)")
-    if style not in ('recent', 'early'): raise ValueError(f"style must be 'recent' or 'early', got {style!r}")
+    if style not in ('recent', 'early'):
+        raise ValueError(f"style must be 'recent' or 'early', got {style!r}")
     lam = check_scalar('lam', lam, 0, 1, open_low=True)
     t = torch.arange(1, mask.shape[1] + 1, device=mask.device)  # (T,)
     e = (mask.sum(-1, keepdim=True) - t) if style == 'recent' else (t - 1).expand(mask.shape)  # (B, T)
@@ -145,7 +148,7 @@ def entropy_advantages(hidden, mask, rewards, group_ids, base:str='grpo', advant
     "Forking-token weighting (Wang et al. 2025): A_i on the batch's top-ρ entropy tokens, 0 elsewhere; and a record."
     if logits_entropy is None: raise ValueError("entropy_advantages needs logits_entropy (B, T), e.g. token_entropy(logits)")
     mask, rewards, group_ids, dtype = _labels_only(hidden, mask, rewards, group_ids)
-    H = torch.as_tensor(logits_entropy, device=mask.device).detach().to(dtype)  # (B, T) a value, like the rewards
+    H = torch.as_tensor(logits_entropy, device=mask.device).detach().to(dtype)  # (B, T) a value
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
     w = entropy_weights(H, mask, rho)  # (B, T)
     return apply_weights(A, w, mask), Reweighting('entropy', A, w, signal=H * mask)

@@ -33,13 +33,13 @@ def chain_structure(tau:torch.Tensor # (..., T) positions
 # %% ../nbs/04_fgw.ipynb #db999bca
 def feature_norms(h:torch.Tensor,      # (..., T, d) features, finite where they are read
                   mask:torch.Tensor|None=None, # (..., T) bool rows that are read (default: all)
-                  per_rollout:bool=False, # one power of two for all read rows of a rollout (its largest entry)
+                  per_rollout:bool=False, # one power of two for all read rows of a rollout
                   norms:torch.Tensor|None=None, # (..., T) plain norms of h, if already computed
-                 ) -> tuple:            # h (..., T, d) (a copy only if a row was rescaled), norms (..., T)
-    "Row norms that neither underflow nor overflow: rows whose squares leave the float range are rescaled by 2^-e first."
+                 ) -> tuple:            # h (..., T, d) (copied if rescaled), norms (..., T)
+    "Row norms that neither under- nor overflow: rows whose squares leave the range scaled by 2^-e."
     norms = torch.linalg.vector_norm(h, dim=-1) if norms is None else norms  # (..., T)
     fi = torch.finfo(h.dtype)
-    # squares below `tiny` lose bits: a norm above sqrt(d tiny / eps) has lost at most eps² of itself to them
+    # squares below `tiny` lose bits: a norm above sqrt(d tiny / eps) loses at most eps² of itself
     off = (norms < math.sqrt(h.shape[-1] * fi.tiny / fi.eps)) | torch.isinf(norms)  # (..., T)
     read = torch.ones_like(off) if mask is None else mask.expand_as(off)  # (..., T)
     off = (off.any(-1, keepdim=True) if per_rollout else off) & read  # (..., T)
@@ -48,7 +48,8 @@ def feature_norms(h:torch.Tensor,      # (..., T, d) features, finite where they
     if per_rollout: a = torch.where(off, a.amax(-1, keepdim=True), 0)  # (..., T)
     e = torch.frexp(a).exponent.to(h.dtype).unsqueeze(-1)  # (..., T, 1) a = m 2^e, m in [1/2, 1)
     # 2^-e in two factors: one alone overflows for subnormal rows (2^1074)
-    h = torch.where(off.unsqueeze(-1), h * torch.exp2(-(e // 2)) * torch.exp2(e // 2 - e), h)  # (..., T, d)
+    scaled = h * torch.exp2(-(e // 2)) * torch.exp2(e // 2 - e)  # (..., T, d)
+    h = torch.where(off.unsqueeze(-1), scaled, h)  # (..., T, d)
     return h, torch.linalg.vector_norm(h, dim=-1)  # (..., T, d), (..., T)
 
 # %% ../nbs/04_fgw.ipynb #a13ac7fb
@@ -58,10 +59,11 @@ def normalize_features(h:torch.Tensor,           # (..., T, d) hidden states (ze
                       ) -> torch.Tensor:         # (..., T, d)
     "Scale hidden states so that feature costs are O(1): unit norm per token (default) or per-rollout mean norm."
     if how == 'none': return h
-    if how not in ('unit', 'mean_norm'): raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
+    if how not in ('unit', 'mean_norm'):
+        raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
     rollout = how == 'mean_norm'
-    h, norms = feature_norms(h, mask if rollout else None, per_rollout=rollout)  # (..., T, d), (..., T)
-    if how == 'unit': return h / torch.where(norms > 0, norms, 1).unsqueeze(-1)  # (..., T, d) zero rows stay zero
+    h, norms = feature_norms(h, mask if rollout else None, rollout)  # (..., T, d), (..., T)
+    if how == 'unit': return h / torch.where(norms > 0, norms, 1).unsqueeze(-1)  # (..., T, d)
     w = torch.ones_like(norms) if mask is None else mask.to(h.dtype)  # (..., T)
     mean = (norms * w).sum(-1, keepdim=True) / w.sum(-1, keepdim=True).clamp(min=1)  # (..., 1)
     return h / torch.where(mean > 0, mean, 1).unsqueeze(-1)  # (..., T, d)

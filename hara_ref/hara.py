@@ -68,11 +68,11 @@ def hara_advantages(
     **novelty_kw, # metric, alpha (0.25), L_b (32), reg (0.05), normalize ('unit'), bary_kw, final_plans, sinkhorn_kw,
                   # barycenter ('linearized' | 'exact', chapter 09d)
 ) -> tuple:
-    """HARA oracle: token advantages (B, T) = base advantages reweighted by FGW novelty, and a `Reweighting` record.
-    Inputs that require grad (hidden, rewards, advantages) are detached: the weights carry no gradient, and the
-    advantages returned hold no graph."""
+    """HARA oracle: token advantages (B, T), base advantages reweighted by FGW novelty; a record.
+    Inputs that require grad (hidden, rewards, advantages) are detached: the weights carry no
+    gradient, and the advantages returned hold no graph."""
     if granularity not in ('seq', 'tok', 'span'): raise ValueError(f"granularity must be 'seq', 'tok' or 'span', got {granularity!r}")
-    kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)  # before any solve
+    kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)  # first
     w_max = check_scalar('w_max', w_max, 1)
     if span_len is not None: span_len = check_scalar('span_len', span_len, 1, integer=True)
     if granularity == 'span' and span_len is None and boundaries is None: raise ValueError("granularity='span' needs span_len or boundaries")

@@ -24,13 +24,15 @@ def feature_scales(h:torch.Tensor,    # (N, T, d) hidden states (rows off the ma
                    how:str='unit',    # 'unit' | 'none' | 'mean_norm', as in `normalize_features`
                   ) -> tuple:         # h (N, T, d), s (N, T), hh (N, T)
     "`normalize_features` as a per-token scale: $s_t h_t$ are the normalised features ($s=0$ off the mask), $hh_t=\\lVert s_th_t\\rVert^2$; one pass over `h`, no copy of it."
-    if how not in ('unit', 'none', 'mean_norm'): raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
+    if how not in ('unit', 'none', 'mean_norm'):
+        raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
     norms = torch.linalg.vector_norm(h, dim=-1)  # (N, T); nan/inf on a token shows up here
-    if not torch.isfinite(norms[mask]).all() and not torch.isfinite(h[mask]).all():  # exact check only then
-        raise ValueError("h contains nan or inf on real tokens")  # (a norm can also overflow on finite entries)
+    # exact check only then (a norm can also overflow on finite entries)
+    if not torch.isfinite(norms[mask]).all() and not torch.isfinite(h[mask]).all():
+        raise ValueError("h contains nan or inf on real tokens")
     if not torch.isfinite(norms).all():  # nan/inf off the mask: zero those rows (a copy, only then)
         h, norms = h.masked_fill(~mask.unsqueeze(-1), 0.), norms.masked_fill(~mask, 0.)
-    if how != 'none':  # rows whose norm under- or overflows: rescaled by a power of two (exact; a copy, only then)
+    if how != 'none':  # norms that under- or overflow: rows scaled by powers of two (exact; a copy)
         h, norms = feature_norms(h, mask, how == 'mean_norm', norms)  # (N, T, d), (N, T)
     m = mask.to(h.dtype)  # (N, T)
     if how == 'unit': s = m / torch.where(norms > 0, norms, 1)  # (N, T) a zero row stays zero

@@ -11,8 +11,9 @@ import torch
 from .fgw_barycenter import sq_dists
 from .fgw import chain_positions
 from .linearization import group_barycenters, feature_scales, rollout_costs, linear_cost, chain_tau_bar, lift
-from .rollouts import (
-    check_rollouts, check_scalar, check_binary, outcome_groups, pack_slots, group_mean, group_median)
+from hara_ref.rollouts import (
+    check_rollouts, check_scalar, check_binary, outcome_groups, pack_slots, group_mean,
+    group_median)
 
 # %% auto #0
 __all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'lifted_cost', 'token_contributions', 'token_novelty', 'sequence_novelty',
@@ -251,11 +252,12 @@ def hara_novelty(
     if barycenter not in ('linearized', 'exact'): raise ValueError(f"barycenter must be 'linearized' or 'exact', got {barycenter!r}")
     if normalize not in ('unit', 'none', 'mean_norm'):
         raise ValueError(f"normalize must be 'unit', 'none' or 'mean_norm', got {normalize!r}")
-    alpha = {'w': 0., 'gw': 1.}.get(metric, check_scalar('alpha', alpha, 0, 1))  # checked for every metric
+    alpha = {'w': 0., 'gw': 1.}.get(metric, check_scalar('alpha', alpha, 0, 1))  # checked always
     reg, L_b = check_scalar('reg', reg, 0, open_low=True), check_scalar('L_b', L_b, 1, integer=True)
     (B, T, d), L = hidden.shape, mask.sum(-1)  # L: (B,)
-    if keep is not None: keep = check_binary('keep', torch.as_tensor(keep, device=mask.device))  # (B,)
-    if keep is not None and tuple(keep.shape) != (B,): raise ValueError(f"keep must have shape ({B},), got {tuple(keep.shape)}")
+    if keep is not None: keep = check_binary('keep', torch.as_tensor(keep, device=mask.device))
+    if keep is not None and tuple(keep.shape) != (B,):
+        raise ValueError(f"keep must have shape ({B},), got {tuple(keep.shape)}")
     og, _ = outcome_groups(rewards, group_ids)
     computed, gsize = _computed_rollouts(og, L, keep)  # (B,), (B,)
     notes += _group_notes(rewards, gsize, L)

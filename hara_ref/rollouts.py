@@ -20,9 +20,9 @@ def check_rollouts(
     rewards:torch.Tensor, # (B,) verifiable rewards
     group_ids:torch.Tensor, # (B,) integer prompt id of each rollout
 ) -> tuple:
-    "Validate a batch of rollouts: (hidden with NaN/Inf padding zeroed, bool mask, rewards, long ids, notes), all detached."
+    "Validate a batch: (hidden, NaN/Inf padding zeroed; bool mask; rewards; ids; notes), detached."
     if hasattr(hidden, '__array__') and not isinstance(hidden, torch.Tensor): hidden = torch.as_tensor(hidden)  # numpy arrays are accepted
-    if isinstance(hidden, torch.Tensor): hidden = hidden.detach()  # weights carry no gradient: read values only
+    if isinstance(hidden, torch.Tensor): hidden = hidden.detach()  # weights carry no gradient
     if not isinstance(hidden, torch.Tensor) or hidden.ndim != 3: raise ValueError(f"hidden must be a (B, T, d) tensor, got shape {tuple(getattr(hidden, 'shape', ()))}")
     if not hidden.is_floating_point(): raise TypeError(f"hidden must be floating point, got {hidden.dtype}")
     B, T, d, notes = *hidden.shape, []
@@ -33,10 +33,11 @@ def check_rollouts(
     if (mask & ~torch.isfinite(norms)).any():  # exact check only then (a norm can also overflow on finite values)
         bad = mask & ~torch.isfinite(hidden).all(-1)  # (B, T)
         if bad.any(): i, t = bad.nonzero()[0].tolist(); raise ValueError(f"hidden has NaN/Inf on real tokens (first at rollout {i}, token {t})")
-    zero = mask & (norms == 0)  # (B, T) a norm can underflow to 0 on tiny entries: exact check only then
-    if zero.any() and (zero := zero & ~(hidden != 0).any(-1)).any():  # a zero vector has no direction
+    zero = mask & (norms == 0)  # (B, T) a norm can underflow to 0 on tiny entries: exact check then
+    if zero.any() and (zero := zero & ~(hidden != 0).any(-1)).any():  # a zero vector: no direction
         i, t = zero.nonzero()[0].tolist()
-        raise ValueError(f"hidden is all zero on a real token (first at rollout {i}, token {t}): degenerate hidden states")
+        raise ValueError(f"hidden is all zero on a real token (first at rollout {i}, token {t}): "
+                         "degenerate hidden states")
     if not torch.isfinite(norms).all():  # NaN/Inf on padding: zero the padding (a copy, only then); finite padding is never read
         hidden = hidden.masked_fill(~mask[..., None], 0.)  # (B, T, d)
     rewards, group_ids = _check_labels(rewards, group_ids, B, hidden.device, hidden.dtype)
@@ -72,12 +73,13 @@ def check_scalar(
     open_low:bool=False, # `lo` itself is not allowed: the range is (lo, hi]
     integer:bool=False, # `v` must have an integer type (then an int comes back)
 ) -> float|int:
-    "`v` as a Python float (int with `integer`), or an error naming `name`, the value and the range allowed."
+    "`v` as a Python float (int with `integer`), or an error naming `name`, the value, the range."
     rng = (f"in {'(' if open_low else '['}{lo:g}, {hi:g}]" if hi < math.inf
            else f"{'>' if open_low else '>='} {lo:g}" if lo > -math.inf else "")
     kind = f"{'an integer' if integer else 'a finite real number'} {rng}".strip()
     if hasattr(v, 'shape') and hasattr(v, 'item'):  # numpy or torch
-        if math.prod(v.shape) != 1: raise ValueError(f"{name} must be {kind}, got an array of shape {tuple(v.shape)}")
+        if math.prod(v.shape) != 1:
+            raise ValueError(f"{name} must be {kind}, got an array of shape {tuple(v.shape)}")
         v = v.item()
     if isinstance(v, bool) or not isinstance(v, numbers.Integral if integer else numbers.Real):
         raise TypeError(f"{name} must be {kind}, got {v!r} of type {type(v).__name__}")
@@ -90,13 +92,14 @@ def check_binary(
     name:str, # the input's name, as the error reports it
     x, # a bool tensor, or a numeric one that holds only 0 and 1 (numpy arrays too)
 ) -> torch.Tensor:
-    "`x` as a bool tensor, or a ValueError naming `name` and the first value that is neither 0 nor 1 (0.5, 2, -1, NaN)."
+    "`x` as a bool tensor, or a ValueError naming `name` and its first value not 0 or 1 (0.5, NaN)."
     x = torch.as_tensor(x)
     if x.dtype == torch.bool: return x
     bad = ~((x == 0) | (x == 1))  # NaN compares unequal to both
     if bad.any():
         at = tuple(bad.nonzero()[0].tolist())
-        raise ValueError(f"{name} must be boolean or hold only 0 and 1, got {x[at].item()!r} at index {at}")
+        got = x[at].item()
+        raise ValueError(f"{name} must be boolean or hold only 0 and 1, got {got!r} at {at}")
     return x == 1
 
 # %% ../nbs/09_rollouts.ipynb #b0bbeb82
@@ -150,7 +153,7 @@ def span_ids(
         s = torch.cumsum(bnd.long(), -1)  # (B, T)
         s = s - s[:, :1]  # the first token always opens span 0
     else:
-        if span_len is None: raise ValueError("span_ids needs span_len (an integer >= 1) or boundaries")
+        if span_len is None: raise ValueError("span_len (an integer >= 1) or boundaries is needed")
         s = (torch.arange(T, device=mask.device) // span_len).expand(B, T)  # (B, T)
     return s.masked_fill(~mask, 0)  # (B, T)
 

@@ -43,20 +43,22 @@ class HaraConfig:
 
 # %% ../nbs/14_trl.ipynb #b3d7ff50
 def check_hara_config(cfg:HaraConfig) -> HaraConfig:
-    "Raise a ValueError (TypeError: not a number) naming the first bad field of `cfg`; return `cfg` when it is fine."
+    "Raise a ValueError (TypeError: not a number) naming the first bad field of `cfg`; else `cfg`."
     if cfg.reweight not in REWEIGHTS: raise ValueError(f"HaraConfig.reweight must be one of {REWEIGHTS}, got {cfg.reweight!r}")
     if cfg.granularity not in GRANULARITIES: raise ValueError(f"HaraConfig.granularity must be one of {GRANULARITIES}, got {cfg.granularity!r}")
     check_scalar('HaraConfig.kappa', cfg.kappa, 0)  # the oracle's own check, named after the field
     if not (isinstance(cfg.clip, (tuple, list)) and len(cfg.clip) == 2):
         raise ValueError(f"HaraConfig.clip must be (w_min, w_max), got {cfg.clip!r}")
-    check_scalar('HaraConfig.clip[0] (w_min)', cfg.clip[0], 0, 1); check_scalar('HaraConfig.clip[1] (w_max)', cfg.clip[1], 1)
+    check_scalar('HaraConfig.clip[0] (w_min)', cfg.clip[0], 0, 1)
+    check_scalar('HaraConfig.clip[1] (w_max)', cfg.clip[1], 1)
     if cfg.L_b is not None: check_scalar('HaraConfig.L_b', cfg.L_b, 2, integer=True)
     if cfg.alpha is not None: check_scalar('HaraConfig.alpha', cfg.alpha, 0, 1)
     if cfg.reg is not None: check_scalar('HaraConfig.reg', cfg.reg, 0, open_low=True)
     if cfg.granularity == 'span' and cfg.span_len is None and not cfg.span_sep_ids: raise ValueError("HaraConfig.granularity='span' needs span_len or span_sep_ids")
     if cfg.span_len is not None: check_scalar('HaraConfig.span_len', cfg.span_len, 1, integer=True)
     check_scalar('HaraConfig.hidden_layer', cfg.hidden_layer, integer=True)
-    if cfg.forward_batch_size is not None: check_scalar('HaraConfig.forward_batch_size', cfg.forward_batch_size, 1, integer=True)
+    if cfg.forward_batch_size is not None:
+        check_scalar('HaraConfig.forward_batch_size', cfg.forward_batch_size, 1, integer=True)
     return cfg
 
 # %% ../nbs/14_trl.ipynb #a14fd7d6
