@@ -1,6 +1,6 @@
-"""Bad input to the oracle path (hara_advantages, hara_novelty, the baselines, HaraConfig): each
-class of bad value raises an error naming the parameter; tiny, huge and grad-requiring inputs give the
-documented results."""
+"""Bad input to the oracle path (hara_advantages, hara_novelty, the baselines, HaraConfig):
+each class of bad value raises an error naming the parameter; tiny, huge and grad-requiring
+inputs give the documented results."""
 import math
 import numpy as np
 import pytest
