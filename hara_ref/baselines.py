@@ -8,7 +8,7 @@ import math, warnings
 import torch
 from .sinkhorn import sinkhorn_log, ConvergenceWarning
 from .newton import semidual_newton
-from .rollouts import check_rollouts, _check_mask, _check_labels, Reweighting, base_or_given, apply_weights
+from .rollouts import check_rollouts, check_scalar, _check_mask, _check_labels, Reweighting, base_or_given, apply_weights
 
 # %% auto #0
 __all__ = ['SHEAR_SINKHORN', 'window_starts', 'shear_weights', 'shear_cap_note', 'token_entropy', 'entropy_weights',
@@ -60,6 +60,9 @@ def shear_weights(
     log:bool=False, # also return dict(windows, unconverged, err, num_iter_max, solver)
 ) -> torch.Tensor:
     "SHEAR token weights (B, T): max over covering windows of the entropic W1 distance to the nearest opposing-outcome window."
+    width = check_scalar('width', width, 1, integer=True)
+    stride = check_scalar('stride', stride, 1, integer=True)
+    reg = check_scalar('reg', reg, 0, open_low=True)
     hidden, mask, rewards, group_ids, _ = check_rollouts(hidden, mask, rewards, group_ids)
     if solver not in ('newton', 'sinkhorn'):
         raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
@@ -118,7 +121,7 @@ def entropy_weights(
     "Wang et al.'s forking-token weights (B, T): 1 on the top-ρ highest-entropy real tokens of the batch, else 0 (1 on padding)."
     mask = _check_mask(torch.as_tensor(mask, device=entropy.device), *entropy.shape[:2]) if entropy.ndim == 2 else None
     if mask is None: raise ValueError(f"entropy must be (B, T), got shape {tuple(entropy.shape)}")
-    if not 0 < rho <= 1: raise ValueError(f"rho must be in (0, 1], got {rho}")
+    rho = check_scalar('rho', rho, 0, 1, open_low=True)
     vals = entropy[mask]  # (N,)
     if not torch.isfinite(vals).all(): raise ValueError("entropy has NaN/Inf on real tokens")
     if vals.numel() == 0: return torch.ones_like(entropy)
@@ -134,7 +137,9 @@ def position_weights(
     "Position-only token weights (B, T) (our reading of GRPO-λ's traces), 1 on padding."
     mask = _check_mask(torch.as_tensor(mask), *mask.shape) if mask.ndim == 2 else None
     if mask is None: raise ValueError("mask must be (B, T)")
-    if style not in ('recent', 'early') or not 0 < lam <= 1: raise ValueError(f"need style 'recent'|'early' and 0 < lam <= 1, got {style!r}, {lam}")
+    if style not in ('recent', 'early'):
+        raise ValueError(f"style must be 'recent' or 'early', got {style!r}")
+    lam = check_scalar('lam', lam, 0, 1, open_low=True)
     t = torch.arange(1, mask.shape[1] + 1, device=mask.device)  # (T,)
     e = (mask.sum(-1, keepdim=True) - t) if style == 'recent' else (t - 1).expand(mask.shape)  # (B, T)
     return torch.where(mask, lam ** e.clamp(min=0).double(), torch.ones((), dtype=torch.float64, device=mask.device))  # (B, T)
@@ -166,7 +171,7 @@ def entropy_advantages(hidden, mask, rewards, group_ids, base:str='grpo', advant
     "Forking-token weighting (Wang et al. 2025): A_i on the batch's top-ρ entropy tokens, 0 elsewhere; and a record."
     if logits_entropy is None: raise ValueError("entropy_advantages needs logits_entropy (B, T), e.g. token_entropy(logits)")
     mask, rewards, group_ids, dtype = _labels_only(hidden, mask, rewards, group_ids)
-    H = torch.as_tensor(logits_entropy, device=mask.device).to(dtype)  # (B, T)
+    H = torch.as_tensor(logits_entropy, device=mask.device).detach().to(dtype)  # (B, T) a value
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
     w = entropy_weights(H, mask, rho)  # (B, T)
     return apply_weights(A, w, mask), Reweighting('entropy', A, w, signal=H * mask)

@@ -9,8 +9,8 @@ import numpy as np, torch, ot
 from .sinkhorn import check_ot_inputs, check_iterations, ConvergenceWarning
 
 # %% auto #0
-__all__ = ['chain_positions', 'chain_structure', 'normalize_features', 'chain_graph', 'gw_objective', 'fgw_objective',
-           'gw_gradient', 'fgw_line_search', 'fgw', 'fgw2', 'rollout_pair']
+__all__ = ['chain_positions', 'chain_structure', 'feature_norms', 'normalize_features', 'chain_graph', 'gw_objective',
+           'fgw_objective', 'gw_gradient', 'fgw_line_search', 'fgw', 'fgw2', 'rollout_pair']
 
 # %% ../nbs/04_fgw.ipynb #77991037
 def chain_positions(mask:torch.Tensor, # (..., T) bool, True on real tokens
@@ -30,21 +30,43 @@ def chain_structure(tau:torch.Tensor # (..., T) positions
     "Structure matrix of an attributed chain graph: $C[t,s] = |\\tau_t - \\tau_s|$."
     return (tau.unsqueeze(-1) - tau.unsqueeze(-2)).abs()  # (..., T, T)
 
+# %% ../nbs/04_fgw.ipynb #db999bca
+def feature_norms(h:torch.Tensor,      # (..., T, d) features, finite where they are read
+                  mask:torch.Tensor|None=None, # (..., T) bool rows that are read (default: all)
+                  per_rollout:bool=False, # one power of two for all read rows of a rollout
+                  norms:torch.Tensor|None=None, # (..., T) plain norms of h, if already computed
+                 ) -> tuple:            # h (..., T, d) (copied if rescaled), norms (..., T)
+    "Row norms that neither under- nor overflow: rows whose squares leave the range scaled by 2^-e."
+    norms = torch.linalg.vector_norm(h, dim=-1) if norms is None else norms  # (..., T)
+    fi = torch.finfo(h.dtype)
+    # squares below `tiny` lose bits: a norm above sqrt(d tiny / eps) loses at most eps² of itself
+    off = (norms < math.sqrt(h.shape[-1] * fi.tiny / fi.eps)) | torch.isinf(norms)  # (..., T)
+    read = torch.ones_like(off) if mask is None else mask.expand_as(off)  # (..., T)
+    off = (off.any(-1, keepdim=True) if per_rollout else off) & read  # (..., T)
+    if not off.any(): return h, norms
+    a = torch.where(off, h.abs().amax(-1), 0)  # (..., T) largest entry of each rescaled row
+    if per_rollout: a = torch.where(off, a.amax(-1, keepdim=True), 0)  # (..., T)
+    e = torch.frexp(a).exponent.to(h.dtype).unsqueeze(-1)  # (..., T, 1) a = m 2^e, m in [1/2, 1)
+    # 2^-e in two factors: one alone overflows for subnormal rows (2^1074)
+    scaled = h * torch.exp2(-(e // 2)) * torch.exp2(e // 2 - e)  # (..., T, d)
+    h = torch.where(off.unsqueeze(-1), scaled, h)  # (..., T, d)
+    return h, torch.linalg.vector_norm(h, dim=-1)  # (..., T, d), (..., T)
+
 # %% ../nbs/04_fgw.ipynb #a13ac7fb
 def normalize_features(h:torch.Tensor,           # (..., T, d) hidden states (zero rows = padding stay zero)
                        how:str='unit',           # 'unit' | 'none' | 'mean_norm'
                        mask:torch.Tensor|None=None, # (..., T) bool real tokens, used by 'mean_norm'
-                       eps:float=1e-12           # guard against division by zero
                       ) -> torch.Tensor:         # (..., T, d)
     "Scale hidden states so that feature costs are O(1): unit norm per token (default) or per-rollout mean norm."
     if how == 'none': return h
-    norms = h.norm(dim=-1, keepdim=True)  # (..., T, 1)
-    if how == 'unit': return h / norms.clamp(min=eps)  # (..., T, d)
-    if how == 'mean_norm':
-        w = torch.ones_like(norms) if mask is None else mask.unsqueeze(-1).to(h.dtype)  # (..., T, 1)
-        mean = (norms * w).sum(-2, keepdim=True) / w.sum(-2, keepdim=True).clamp(min=1)  # (..., 1, 1)
-        return h / mean.clamp(min=eps)  # (..., T, d)
-    raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
+    if how not in ('unit', 'mean_norm'):
+        raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
+    rollout = how == 'mean_norm'
+    h, norms = feature_norms(h, mask if rollout else None, rollout)  # (..., T, d), (..., T)
+    if how == 'unit': return h / torch.where(norms > 0, norms, 1).unsqueeze(-1)  # (..., T, d)
+    w = torch.ones_like(norms) if mask is None else mask.to(h.dtype)  # (..., T)
+    mean = (norms * w).sum(-1, keepdim=True) / w.sum(-1, keepdim=True).clamp(min=1)  # (..., 1)
+    return h / torch.where(mean > 0, mean, 1).unsqueeze(-1)  # (..., T, d)
 
 # %% ../nbs/04_fgw.ipynb #971bbffb
 def chain_graph(h:torch.Tensor,    # (..., T, d) hidden states

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from .rollouts import (
     check_rollouts, outcome_groups, pack_slots, step_boundaries, span_ids, group_mean, group_median, Reweighting,
-    base_or_given, apply_weights)
+    base_or_given, apply_weights, check_scalar, check_binary)
 from .novelty import (
     BARY_DEFAULTS, FINAL_SINKHORN, Novelty, lifted_cost, token_contributions, token_novelty, sequence_novelty,
     span_novelty, relative_novelty, local_assignment, stage_versions, version_excess, relative_to_group,
@@ -43,7 +43,9 @@ def hara_weights(
     w_max:float=2.0, # upper clip, >= 1
 ) -> torch.Tensor:
     "HARA weights w = clip(1 + sign(A) κ (x - 1), w_min, w_max), 1 where inactive or A = 0; shape of x."
-    if not (kappa >= 0 and 0 <= w_min <= 1 <= w_max): raise ValueError(f"need kappa >= 0 and 0 <= w_min <= 1 <= w_max, got kappa={kappa}, w_min={w_min}, w_max={w_max}")
+    kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)
+    w_max = check_scalar('w_max', w_max, 1)
+    if active is not None: active = check_binary('active', active).to(A.device)  # (B,)
     sA = torch.sign(A).to(x.dtype)  # (B,)
     act = (sA != 0) if active is None else (sA != 0) & active  # (B,)
     if x.ndim == 2: sA, act = sA[:, None], act[:, None]
@@ -66,8 +68,13 @@ def hara_advantages(
     **novelty_kw, # metric, alpha (0.25), L_b (32), reg (0.05), normalize ('unit'), bary_kw, final_plans, sinkhorn_kw,
                   # barycenter ('linearized' | 'exact', chapter 09d)
 ) -> tuple:
-    "HARA oracle: token advantages (B, T) = base advantages reweighted by FGW novelty, and a `Reweighting` record."
+    """HARA oracle: token advantages (B, T), base advantages reweighted by FGW novelty; a record.
+    Inputs that require grad (hidden, rewards, advantages) are detached: the weights carry no
+    gradient, and the advantages returned hold no graph."""
     if granularity not in ('seq', 'tok', 'span'): raise ValueError(f"granularity must be 'seq', 'tok' or 'span', got {granularity!r}")
+    kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)  # first
+    w_max = check_scalar('w_max', w_max, 1)
+    if span_len is not None: span_len = check_scalar('span_len', span_len, 1, integer=True)
     if granularity == 'span' and span_len is None and boundaries is None: raise ValueError("granularity='span' needs span_len or boundaries")
     if reference not in ('group', 'barycenter'): raise ValueError(f"reference must be 'group' or 'barycenter', got {reference!r}")
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
@@ -101,7 +108,8 @@ def reweight_advantages(
         A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
         return apply_weights(A, torch.ones(mask.shape, dtype=A.dtype, device=A.device), mask), Reweighting('none', A, torch.ones(mask.shape, dtype=A.dtype, device=A.device))
     if method in ('hara-seq', 'hara-tok'):
-        gran = 'seq' if method == 'hara-seq' else ('span' if kw.get('span_len') or kw.get('boundaries') is not None else 'tok')
+        span = kw.get('span_len') is not None or kw.get('boundaries') is not None
+        gran = 'seq' if method == 'hara-seq' else ('span' if span else 'tok')
         return hara_advantages(hidden, mask, rewards, group_ids, base=base, granularity=gran, advantages=advantages, **kw)
     if method == 'shear': return shear_advantages(hidden, mask, rewards, group_ids, base, advantages, **kw)
     if method == 'entropy': return entropy_advantages(hidden, mask, rewards, group_ids, base, advantages, logits_entropy, **kw)

@@ -8,7 +8,7 @@ import math, warnings
 import torch
 from .sinkhorn import sinkhorn_log, ConvergenceWarning
 from .newton import semidual_newton
-from .fgw import chain_positions, normalize_features
+from .fgw import chain_positions, normalize_features, feature_norms
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 from .lfgw import (  # chapter 06's pieces, re-exported: `from hara_ref.linearization import ...` reaches them all
     anchor_plan, structure_cost, chain_tau_bar, linear_cost, lift, lfgw, monotone_plan, barycenter_update,
@@ -22,21 +22,25 @@ __all__ = ['feature_scales', 'group_weights', 'rollout_costs', 'anderson_step', 
 def feature_scales(h:torch.Tensor,    # (N, T, d) hidden states (rows off the mask arbitrary, even nan)
                    mask:torch.Tensor, # (N, T) bool, True on real tokens
                    how:str='unit',    # 'unit' | 'none' | 'mean_norm', as in `normalize_features`
-                   eps:float=1e-12    # guard against division by zero
                   ) -> tuple:         # h (N, T, d), s (N, T), hh (N, T)
     "`normalize_features` as a per-token scale: $s_t h_t$ are the normalised features ($s=0$ off the mask), $hh_t=\\lVert s_th_t\\rVert^2$; one pass over `h`, no copy of it."
+    if how not in ('unit', 'none', 'mean_norm'):
+        raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
     norms = torch.linalg.vector_norm(h, dim=-1)  # (N, T); nan/inf on a token shows up here
-    if not torch.isfinite(norms[mask]).all():  # exact check only then (a float32 norm can overflow on finite entries)
-        if not torch.isfinite(h[mask]).all(): raise ValueError("h contains nan or inf on real tokens")
-        norms = torch.linalg.vector_norm(h, dim=-1, dtype=torch.float64)  # (N, T) finite in float64
-    if not torch.isfinite(norms).all():  # nan/inf off the mask: zero those rows (a copy, only then) so every product stays finite
+    # exact check only then (a norm can also overflow on finite entries)
+    if not torch.isfinite(norms[mask]).all() and not torch.isfinite(h[mask]).all():
+        raise ValueError("h contains nan or inf on real tokens")
+    if not torch.isfinite(norms).all():  # nan/inf off the mask: zero those rows (a copy, only then)
         h, norms = h.masked_fill(~mask.unsqueeze(-1), 0.), norms.masked_fill(~mask, 0.)
-    m = mask.to(norms.dtype)  # (N, T)
-    if how == 'unit': s = m / norms.clamp(min=eps)
+    if how != 'none':  # norms that under- or overflow: rows scaled by powers of two (exact; a copy)
+        h, norms = feature_norms(h, mask, how == 'mean_norm', norms)  # (N, T, d), (N, T)
+    m = mask.to(h.dtype)  # (N, T)
+    if how == 'unit': s = m / torch.where(norms > 0, norms, 1)  # (N, T) a zero row stays zero
     elif how == 'none': s = m
-    elif how == 'mean_norm': s = m / ((norms * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)).clamp(min=eps)
-    else: raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
-    return h, s.to(h.dtype), (s * norms).square().to(h.dtype)  # (N, T, d), (N, T), (N, T)
+    else:
+        mean = (norms * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)  # (N, 1)
+        s = m / torch.where(mean > 0, mean, 1)  # (N, T)
+    return h, s, (s * norms).square()  # (N, T, d), (N, T), (N, T)
 
 # %% ../nbs/06a_barycenters.ipynb #a2a6c04b
 def group_weights(group:torch.Tensor,   # (N,) long group id of each rollout (-1 = not in any group)

@@ -11,7 +11,9 @@ import torch
 from .fgw_barycenter import sq_dists
 from .fgw import chain_positions
 from .linearization import group_barycenters, feature_scales, rollout_costs, linear_cost, chain_tau_bar, lift
-from .rollouts import check_rollouts, outcome_groups, pack_slots, group_mean, group_median
+from hara_ref.rollouts import (
+    check_rollouts, check_scalar, check_binary, outcome_groups, pack_slots, group_mean,
+    group_median)
 
 # %% auto #0
 __all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'lifted_cost', 'token_contributions', 'token_novelty', 'sequence_novelty',
@@ -172,14 +174,6 @@ BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=F
 # %% ../nbs/09a_novelty.ipynb #d2cfc5d3
 FINAL_SINKHORN = dict(num_iter_max=5000, stop_thr=1e-6, warn=False)  # the final plans' solver settings (ours; a cap, never reached by Newton)
 
-# %% ../nbs/09a_novelty.ipynb #cf78133b
-def _scalar(name:str, v, lo:float, hi:float, open_low:bool=False) -> float:
-    "A Python float from a Python, numpy or 0-d torch number in [lo, hi] ((lo, hi] with open_low), or a ValueError naming it."
-    try: f = float(v.item() if hasattr(v, 'item') else v)
-    except (TypeError, ValueError, RuntimeError): raise ValueError(f"{name} must be a real scalar, got {v!r}") from None
-    if not math.isfinite(f) or f < lo or f > hi or (open_low and f == lo): raise ValueError(f"{name} must be in {'(' if open_low else '['}{lo}, {hi}], got {f}")
-    return f
-
 # %% ../nbs/09a_novelty.ipynb #0235fdcb
 def _group_notes(
     rewards:torch.Tensor, # (B,) rewards
@@ -259,8 +253,14 @@ def hara_novelty(
     hidden, mask, rewards, group_ids, notes = (hidden, mask, rewards, group_ids, []) if checked else check_rollouts(hidden, mask, rewards, group_ids)
     if metric not in ('fgw', 'w', 'gw', 'embed'): raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {metric!r}")
     if barycenter not in ('linearized', 'exact'): raise ValueError(f"barycenter must be 'linearized' or 'exact', got {barycenter!r}")
-    alpha, reg = {'w': 0., 'gw': 1.}.get(metric, _scalar('alpha', alpha, 0, 1)), _scalar('reg', reg, 0, math.inf, open_low=True)
+    if normalize not in ('unit', 'none', 'mean_norm'):
+        raise ValueError(f"normalize must be 'unit', 'none' or 'mean_norm', got {normalize!r}")
+    alpha = {'w': 0., 'gw': 1.}.get(metric, check_scalar('alpha', alpha, 0, 1))  # checked always
+    reg, L_b = check_scalar('reg', reg, 0, open_low=True), check_scalar('L_b', L_b, 1, integer=True)
     (B, T, d), L = hidden.shape, mask.sum(-1)  # L: (B,)
+    if keep is not None: keep = check_binary('keep', torch.as_tensor(keep, device=mask.device))
+    if keep is not None and tuple(keep.shape) != (B,):
+        raise ValueError(f"keep must have shape ({B},), got {tuple(keep.shape)}")
     og, _ = outcome_groups(rewards, group_ids)
     computed, gsize = _computed_rollouts(og, L, keep)  # (B,), (B,)
     notes += _group_notes(rewards, gsize, L)
@@ -302,8 +302,8 @@ def _embed_contributions(
 ) -> torch.Tensor:
     "Contributions (B, T) whose sum over tokens is ‖mean_j z_j - h_last‖ (Table 2's embedding distance); 0 if not computed."
     L = mask.sum(-1)  # (B,)
-    _, s, _ = feature_scales(hidden, mask, normalize)  # (B, T)
+    h, s, _ = feature_scales(hidden, mask, normalize)  # (B, T, d) possibly rescaled rows, (B, T)
     i, t = torch.arange(len(L), device=L.device), (L - 1).clamp(min=0)  # (B,), (B,)
-    last = hidden[i, t] * s[i, t].unsqueeze(-1)  # (B, d) normalised last hidden state
+    last = h[i, t] * s[i, t].unsqueeze(-1)  # (B, d) normalised last hidden state
     dist = (Z[gc.clamp(min=0)].mean(-2) - last).norm(dim=-1) * (gc >= 0)  # (B,)
     return dist.unsqueeze(-1) * mask / L.clamp(min=1).unsqueeze(-1)  # (B, T)

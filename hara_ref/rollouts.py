@@ -4,13 +4,14 @@
 
 # %% ../nbs/09_rollouts.ipynb #1457319e
 from __future__ import annotations
+import math, numbers
 from dataclasses import dataclass, field
 import torch
 from .grpo import base_advantages
 
 # %% auto #0
-__all__ = ['check_rollouts', 'outcome_groups', 'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median',
-           'Reweighting', 'base_or_given', 'apply_weights']
+__all__ = ['check_rollouts', 'check_scalar', 'check_binary', 'outcome_groups', 'pack_slots', 'step_boundaries', 'span_ids',
+           'group_mean', 'group_median', 'Reweighting', 'base_or_given', 'apply_weights']
 
 # %% ../nbs/09_rollouts.ipynb #e5fa9479
 def check_rollouts(
@@ -19,8 +20,9 @@ def check_rollouts(
     rewards:torch.Tensor, # (B,) verifiable rewards
     group_ids:torch.Tensor, # (B,) integer prompt id of each rollout
 ) -> tuple:
-    "Validate a batch of rollouts: (hidden with NaN/Inf padding zeroed, bool mask, rewards, long ids, notes)."
+    "Validate a batch: (hidden, NaN/Inf padding zeroed; bool mask; rewards; ids; notes), detached."
     if hasattr(hidden, '__array__') and not isinstance(hidden, torch.Tensor): hidden = torch.as_tensor(hidden)  # numpy arrays are accepted
+    if isinstance(hidden, torch.Tensor): hidden = hidden.detach()  # weights carry no gradient
     if not isinstance(hidden, torch.Tensor) or hidden.ndim != 3: raise ValueError(f"hidden must be a (B, T, d) tensor, got shape {tuple(getattr(hidden, 'shape', ()))}")
     if not hidden.is_floating_point(): raise TypeError(f"hidden must be floating point, got {hidden.dtype}")
     B, T, d, notes = *hidden.shape, []
@@ -31,8 +33,11 @@ def check_rollouts(
     if (mask & ~torch.isfinite(norms)).any():  # exact check only then (a norm can also overflow on finite values)
         bad = mask & ~torch.isfinite(hidden).all(-1)  # (B, T)
         if bad.any(): i, t = bad.nonzero()[0].tolist(); raise ValueError(f"hidden has NaN/Inf on real tokens (first at rollout {i}, token {t})")
-    if (mask & (norms == 0)).any():  # a zero vector has no direction: unit normalisation and novelty are undefined
-        i, t = (mask & (norms == 0)).nonzero()[0].tolist(); raise ValueError(f"hidden is all zero on a real token (first at rollout {i}, token {t}): degenerate hidden states")
+    zero = mask & (norms == 0)  # (B, T) a norm can underflow to 0 on tiny entries: exact check then
+    if zero.any() and (zero := zero & ~(hidden != 0).any(-1)).any():  # a zero vector: no direction
+        i, t = zero.nonzero()[0].tolist()
+        raise ValueError(f"hidden is all zero on a real token (first at rollout {i}, token {t}): "
+                         "degenerate hidden states")
     if not torch.isfinite(norms).all():  # NaN/Inf on padding: zero the padding (a copy, only then); finite padding is never read
         hidden = hidden.masked_fill(~mask[..., None], 0.)  # (B, T, d)
     rewards, group_ids = _check_labels(rewards, group_ids, B, hidden.device, hidden.dtype)
@@ -42,9 +47,7 @@ def check_rollouts(
 def _check_mask(mask:torch.Tensor, B:int, T:int) -> torch.Tensor:
     "A (B, T) bool mask that is True on a prefix of every row, or a ValueError saying what is wrong."
     if tuple(mask.shape) != (B, T): raise ValueError(f"mask must have shape (B, T) = {(B, T)}, got {tuple(mask.shape)}")
-    if mask.dtype != torch.bool:
-        if mask.is_floating_point() and not ((mask == 0) | (mask == 1)).all(): raise ValueError("mask must be boolean or 0/1")
-        mask = mask != 0
+    mask = check_binary('mask', mask)  # (B, T)
     L = mask.sum(-1, keepdim=True)  # (B, 1)
     holes = (mask != (torch.arange(T, device=mask.device) < L)).any(-1)  # (B,)
     if holes.any(): raise ValueError(f"mask has holes or left padding in rows {holes.nonzero().flatten().tolist()[:8]}: each row must be True on a prefix (right padding)")
@@ -57,9 +60,47 @@ def _check_labels(rewards, group_ids, B:int, device, dtype) -> tuple:
     if tuple(rewards.shape) != (B,): raise ValueError(f"rewards must have shape (B,) = ({B},), got {tuple(rewards.shape)}")
     if tuple(group_ids.shape) != (B,): raise ValueError(f"group_ids must have shape (B,) = ({B},), got {tuple(group_ids.shape)}")
     if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool: raise TypeError(f"group_ids must be integer prompt ids, got {group_ids.dtype}")
-    rewards = rewards.to(dtype)  # (B,)
+    rewards = rewards.detach().to(dtype)  # (B,) a value: no graph goes into the advantages
     if not torch.isfinite(rewards).all(): raise ValueError("rewards contain NaN/Inf")
     return rewards, group_ids.long()
+
+# %% ../nbs/09_rollouts.ipynb #7937ea7e
+def check_scalar(
+    name:str, # the parameter's name, as the error reports it
+    v, # a Python, numpy or one-element torch number
+    lo:float=-math.inf, # smallest value allowed
+    hi:float=math.inf, # largest value allowed
+    open_low:bool=False, # `lo` itself is not allowed: the range is (lo, hi]
+    integer:bool=False, # `v` must have an integer type (then an int comes back)
+) -> float|int:
+    "`v` as a Python float (int with `integer`), or an error naming `name`, the value, the range."
+    rng = (f"in {'(' if open_low else '['}{lo:g}, {hi:g}]" if hi < math.inf
+           else f"{'>' if open_low else '>='} {lo:g}" if lo > -math.inf else "")
+    kind = f"{'an integer' if integer else 'a finite real number'} {rng}".strip()
+    if hasattr(v, 'shape') and hasattr(v, 'item'):  # numpy or torch
+        if math.prod(v.shape) != 1:
+            raise ValueError(f"{name} must be {kind}, got an array of shape {tuple(v.shape)}")
+        v = v.item()
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral if integer else numbers.Real):
+        raise TypeError(f"{name} must be {kind}, got {v!r} of type {type(v).__name__}")
+    if not integer and not math.isfinite(v) or v < lo or v > hi or (open_low and v == lo):
+        raise ValueError(f"{name} must be {kind}, got {v!r}")
+    return int(v) if integer else float(v)
+
+# %% ../nbs/09_rollouts.ipynb #73a3faad
+def check_binary(
+    name:str, # the input's name, as the error reports it
+    x, # a bool tensor, or a numeric one that holds only 0 and 1 (numpy arrays too)
+) -> torch.Tensor:
+    "`x` as a bool tensor, or a ValueError naming `name` and its first value not 0 or 1 (0.5, NaN)."
+    x = torch.as_tensor(x)
+    if x.dtype == torch.bool: return x
+    bad = ~((x == 0) | (x == 1))  # NaN compares unequal to both
+    if bad.any():
+        at = tuple(bad.nonzero()[0].tolist())
+        got = x[at].item()
+        raise ValueError(f"{name} must be boolean or hold only 0 and 1, got {got!r} at {at}")
+    return x == 1
 
 # %% ../nbs/09_rollouts.ipynb #b0bbeb82
 def outcome_groups(
@@ -105,14 +146,15 @@ def span_ids(
 ) -> torch.Tensor:
     "Span index of every token (0, 1, ... along each row; 0 on padding), shape (B, T) long."
     B, T = mask.shape
+    if span_len is not None: span_len = check_scalar('span_len', span_len, 1, integer=True)
     if boundaries is not None:
-        bnd = torch.as_tensor(boundaries, device=mask.device)
+        bnd = check_binary('boundaries', torch.as_tensor(boundaries, device=mask.device))  # (B, T)
         if tuple(bnd.shape) != (B, T): raise ValueError(f"boundaries must have shape (B, T) = {(B, T)}, got {tuple(bnd.shape)}")
-        s = torch.cumsum(bnd.bool().long(), -1)  # (B, T)
+        s = torch.cumsum(bnd.long(), -1)  # (B, T)
         s = s - s[:, :1]  # the first token always opens span 0
     else:
-        if span_len is None or int(span_len) < 1: raise ValueError(f"span_len must be a positive integer, got {span_len}")
-        s = (torch.arange(T, device=mask.device) // int(span_len)).expand(B, T)  # (B, T)
+        if span_len is None: raise ValueError("span_len (an integer >= 1) or boundaries is needed")
+        s = (torch.arange(T, device=mask.device) // span_len).expand(B, T)  # (B, T)
     return s.masked_fill(~mask, 0)  # (B, T)
 
 # %% ../nbs/09_rollouts.ipynb #7c044252
@@ -169,7 +211,7 @@ def base_or_given(
     if advantages is None: return base_advantages(rewards, group_ids, method=base).to(rewards.dtype)
     A = torch.as_tensor(advantages, device=rewards.device)
     if tuple(A.shape) != tuple(rewards.shape): raise ValueError(f"advantages must have shape (B,) = {tuple(rewards.shape)}, got {tuple(A.shape)}")
-    A = A.to(rewards.dtype)  # (B,)
+    A = A.detach().to(rewards.dtype)  # (B,)
     if not torch.isfinite(A).all(): raise ValueError("advantages contain NaN/Inf")
     return A
 

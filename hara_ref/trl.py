@@ -11,7 +11,7 @@ from trl import GRPOTrainer  # absolute import: the installed TRL package, not t
 from trl.models.utils import disable_gradient_checkpointing
 from .hara import hara_advantages, reweight_advantages
 from .novelty import hara_novelty
-from .rollouts import step_boundaries
+from .rollouts import step_boundaries, check_scalar
 
 # %% auto #0
 __all__ = ['REWEIGHTS', 'GRANULARITIES', 'HaraConfig', 'check_hara_config', 'oracle_kwargs', 'needs_hidden', 'token_advantages',
@@ -43,17 +43,22 @@ class HaraConfig:
 
 # %% ../nbs/14_trl.ipynb #b3d7ff50
 def check_hara_config(cfg:HaraConfig) -> HaraConfig:
-    "Raise a ValueError naming the first bad field of `cfg`; return `cfg` when it is fine."
+    "Raise a ValueError (TypeError: not a number) naming the first bad field of `cfg`; else `cfg`."
     if cfg.reweight not in REWEIGHTS: raise ValueError(f"HaraConfig.reweight must be one of {REWEIGHTS}, got {cfg.reweight!r}")
     if cfg.granularity not in GRANULARITIES: raise ValueError(f"HaraConfig.granularity must be one of {GRANULARITIES}, got {cfg.granularity!r}")
-    if not (isinstance(cfg.kappa, (int, float)) and cfg.kappa >= 0): raise ValueError(f"HaraConfig.kappa must be >= 0, got {cfg.kappa!r}")
-    if len(cfg.clip) != 2 or not 0 <= cfg.clip[0] <= 1 <= cfg.clip[1]: raise ValueError(f"HaraConfig.clip must be (w_min, w_max) with 0 <= w_min <= 1 <= w_max, got {cfg.clip!r}")
-    if cfg.L_b is not None and (int(cfg.L_b) != cfg.L_b or cfg.L_b < 2): raise ValueError(f"HaraConfig.L_b must be an integer >= 2, got {cfg.L_b!r}")
-    if cfg.alpha is not None and not 0 <= cfg.alpha <= 1: raise ValueError(f"HaraConfig.alpha must be in [0, 1], got {cfg.alpha!r}")
-    if cfg.reg is not None and not cfg.reg > 0: raise ValueError(f"HaraConfig.reg must be > 0, got {cfg.reg!r}")
+    check_scalar('HaraConfig.kappa', cfg.kappa, 0)  # the oracle's own check, named after the field
+    if not (isinstance(cfg.clip, (tuple, list)) and len(cfg.clip) == 2):
+        raise ValueError(f"HaraConfig.clip must be (w_min, w_max), got {cfg.clip!r}")
+    check_scalar('HaraConfig.clip[0] (w_min)', cfg.clip[0], 0, 1)
+    check_scalar('HaraConfig.clip[1] (w_max)', cfg.clip[1], 1)
+    if cfg.L_b is not None: check_scalar('HaraConfig.L_b', cfg.L_b, 2, integer=True)
+    if cfg.alpha is not None: check_scalar('HaraConfig.alpha', cfg.alpha, 0, 1)
+    if cfg.reg is not None: check_scalar('HaraConfig.reg', cfg.reg, 0, open_low=True)
     if cfg.granularity == 'span' and cfg.span_len is None and not cfg.span_sep_ids: raise ValueError("HaraConfig.granularity='span' needs span_len or span_sep_ids")
-    if cfg.span_len is not None and (int(cfg.span_len) != cfg.span_len or cfg.span_len < 1): raise ValueError(f"HaraConfig.span_len must be a positive integer, got {cfg.span_len!r}")
-    if not isinstance(cfg.hidden_layer, int): raise ValueError(f"HaraConfig.hidden_layer must be an int, got {cfg.hidden_layer!r}")
+    if cfg.span_len is not None: check_scalar('HaraConfig.span_len', cfg.span_len, 1, integer=True)
+    check_scalar('HaraConfig.hidden_layer', cfg.hidden_layer, integer=True)
+    if cfg.forward_batch_size is not None:
+        check_scalar('HaraConfig.forward_batch_size', cfg.forward_batch_size, 1, integer=True)
     return cfg
 
 # %% ../nbs/14_trl.ipynb #a14fd7d6

@@ -182,6 +182,7 @@ def test_numpy_inputs_and_scalar_options_are_accepted():
     for reg in (np.float64(0.05), np.array(0.05), torch.tensor(0.05)):
         torch.testing.assert_close(hara_advantages(h, m, r, g, reg=reg)[0], a)
     torch.testing.assert_close(hara_advantages(h, m, r, g, alpha=np.float32(0.25))[0], a)
-    for bad in (0., -1., float('nan'), float('inf'), 'x', torch.tensor([0.1, 0.2])):
+    for bad in (0., -1., float('nan'), float('inf'), torch.tensor([0.1, 0.2])):
         with pytest.raises(ValueError, match='reg must be'): hara_advantages(h, m, r, g, reg=bad)
+    with pytest.raises(TypeError, match='reg must be'): hara_advantages(h, m, r, g, reg='x')
     with pytest.raises(ValueError, match='alpha must be'): hara_advantages(h, m, r, g, alpha=1.5)
