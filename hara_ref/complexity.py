@@ -26,7 +26,7 @@ def bench_rollouts(K:int=8, L:int=512, d:int=64, # group size, rollout length, h
         s = max(1, L // 8)
         pr = planted_stage_rollouts(K=K, n_stages=8, d=d, stage_len=(max(1, 3 * s // 4), max(1, 5 * s // 4)), seed=seed, dtype=dtype)
         h = torch.zeros(K, L, d, dtype=dtype); T = min(L, pr.hidden.shape[1]); h[:, :T] = pr.hidden[:, :T]  # (K, L, d)
-        h = torch.where(h.norm(dim=-1, keepdim=True) > 0, h, pr.centers[-2].to(dtype))  # short rollouts: repeat the last stage
+        h = torch.where(h.norm(dim=-1, keepdim=True) > 0, h, pr.centers[-1].to(dtype))  # short rollouts: repeat the last stage
     else: raise ValueError(f"kind must be 'gauss' or 'planted', got {kind!r}")
     return h, torch.ones(K, L, dtype=torch.bool)
 

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 # %% auto #0
 __all__ = ['hindsight_weights', 'history_baseline', 'update_history', 'hindsight_credit', 'hindsight_context', 'response_logits',
-           'two_readings', 'hp_rlvr_step', 'hp_variants', 'compare_hp_cli']
+           'two_readings', 'response_hidden', 'hindsight_weights_chunked', 'hp_rlvr_step', 'hp_variants',
+           'compare_hp_cli']
 
 # %% ../nbs/13_hp_rlvr.ipynb #89883bc2
 def _check_logits(causal_logits, hindsight_logits, mask) -> torch.Tensor:
@@ -108,6 +109,35 @@ def two_readings(model, tokenizer, prompt_ids, prompt_mask, # (B, P) the prompts
     hi, hm = encode_prompts(tokenizer, ctx, None, prompt_ids.device)  # (B, P')
     return causal, response_logits(model, hi, hm, resp_ids, resp_mask)  # (B, T, V) each
 
+# %% ../nbs/13_hp_rlvr.ipynb #367abe39
+def response_hidden(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torch.Tensor: # (B, T, d)
+    "Last-layer hidden states that predict each response token (what chapter 10_policy's chunked scorer reads)."
+    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()  # (B, P+T)
+    pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P+T)
+    out = model.get_decoder()(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False)
+    return out.last_hidden_state[:, -resp_ids.shape[1] - 1:-1]  # (B, T, d) column P-1+t predicts token t
+
+@torch.no_grad()
+def hindsight_weights_chunked(model, tokenizer, prompt_ids, prompt_mask, # (B, P) the prompts, left-padded
+                              resp_ids, resp_mask, # (B, T) the sampled responses
+                              prompts:list, texts:list, rewards:list, # (B,) prompts, decoded responses, rewards
+                              chunk_tokens:int=256, # rows of logits at a time: the largest is (chunk_tokens, V)
+                             ) -> torch.Tensor: # (B, T) w_t of Eq. (1)
+    "Eq. (1) from the two readings' hidden states, a chunk of tokens at a time: no (B, T, V) tensor."
+    from hara_ref.policy import encode_prompts
+    ctx = [hindsight_context(p, y, x) for p, y, x in zip(prompts, texts, rewards)]
+    hi, hm = encode_prompts(tokenizer, ctx, None, prompt_ids.device)  # (B, P')
+    hc = response_hidden(model, prompt_ids, prompt_mask, resp_ids, resp_mask)  # (B, T, d) causal
+    hh = response_hidden(model, hi, hm, resp_ids, resp_mask)  # (B, T, d) hindsight
+    (B, T), head = resp_ids.shape, model.get_output_embeddings()
+    rows = zip(hc.reshape(B * T, -1).split(chunk_tokens), hh.reshape(B * T, -1).split(chunk_tokens),
+               resp_mask.reshape(-1).split(chunk_tokens))
+    if not resp_mask.any(): raise ValueError("mask is empty: no response token to weight")
+    # (n,) per chunk; a chunk of padding only weighs 0
+    w = [hindsight_weights(head(a).float()[:, None], head(b).float()[:, None], m[:, None])[:, 0] if m.any()
+         else torch.zeros(len(m), device=a.device, dtype=torch.float32) for a, b, m in rows]
+    return torch.cat(w).view(B, T)  # (B, T)
+
 # %% ../nbs/13_hp_rlvr.ipynb #738390e7
 def _step_metrics(r, entropy, rm, w, A) -> dict:
     "What a step logs: chapter 10a's keys, with zero credit (r = b) as the zero-std share, plus weight and credit statistics."
@@ -121,7 +151,6 @@ def hp_rlvr_step(model, opt, tokenizer, items:list, cfg, reward_fn, generator, r
     "One HP-RLVR step: one rollout per prompt, hindsight weights (Eq. 1), historical-baseline credit (Eq. 2), PPO-clip update."
     from hara_ref.policy import encode_prompts, sample, pad_id, policy_forward
     from hara_ref.rl import rewards_of, ppo_update
-    from hara_ref.rlvr import token_logprobs
     t, t0, dev = {}, time.perf_counter(), model.device
     prompts = [it['prompt'] for it in items]
     pi, pm = encode_prompts(tokenizer, prompts, cfg.max_prompt_len, dev)  # (B, P)
@@ -130,13 +159,12 @@ def hp_rlvr_step(model, opt, tokenizer, items:list, cfg, reward_fn, generator, r
     t['gen'] = time.perf_counter() - t0; t0 = time.perf_counter()
     r, texts = rewards_of(tokenizer, ri, rm, [it['answer'] for it in items], reward_fn); r = r.to(dev)  # (B,)
     t['reward'] = time.perf_counter() - t0; t0 = time.perf_counter()
-    causal, hind = two_readings(model, tokenizer, pi, pm, ri, rm, prompts, texts, r.tolist())  # (B, T, V) each
-    with torch.no_grad(): ref_logp = policy_forward(ref_model, pi, pm, ri, rm)[0] if cfg.beta > 0 else None  # (B, T)
-    old_logp, lsm = token_logprobs(causal, ri), F.log_softmax(causal, -1)  # (B, T), (B, T, V)
-    entropy = -(lsm.exp() * lsm).sum(-1)  # (B, T)
+    with torch.no_grad():
+        old_logp, entropy = policy_forward(model, pi, pm, ri, rm)[:2]  # (B, T) each, chunked (chapter 10_policy)
+        ref_logp = policy_forward(ref_model, pi, pm, ri, rm)[0] if cfg.beta > 0 else None  # (B, T)
     t['score'] = time.perf_counter() - t0; t0 = time.perf_counter()
     history = memory.setdefault('hp_history', {}) if memory is not None else {}
-    w = hindsight_weights(causal, hind, rm)  # (B, T)
+    w = hindsight_weights_chunked(model, tokenizer, pi, pm, ri, rm, prompts, texts, r.tolist())  # (B, T), chunked
     A = hindsight_credit(r, history_baseline(history, prompts).to(dev), w) * rm  # (B, T)
     update_history(history, prompts, r)
     t['hara'] = time.perf_counter() - t0; t0 = time.perf_counter()

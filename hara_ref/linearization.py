@@ -243,7 +243,7 @@ def linearized_barycenter(h:torch.Tensor,     # (..., K, T, d) hidden states of 
                           L_b:int=32,         # barycenter size
                           reg:float=0.05,     # entropic regulariser $\varepsilon$
                           max_iter:int=200,   # most barycenter iterations
-                          tol:float=1e-4,     # stop when $\max|Z_{new}-Z| <$ tol (unit-norm features)
+                          tol:float=1e-4,     # stop when the estimated distance to the fixed point is below tol (`fixed_point_error`)
                           normalize:str='unit', # feature normalisation (`normalize_features`)
                           weights:torch.Tensor|None=None, # (..., K) rollout weights (default uniform over present)
                           stop_thr:float=1e-7, # smallest Sinkhorn marginal tolerance

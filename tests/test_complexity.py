@@ -30,6 +30,15 @@ def test_bench_rollouts_kinds():
         assert h.shape == (3, 100, 8) and m.all() and (h.norm(dim=-1) > 0).all()
     with pytest.raises(ValueError, match='kind'): bench_rollouts(kind='x')
 
+def test_planted_rollouts_padded_with_the_last_stage():
+    from hara_ref.data import planted_stage_rollouts
+    L = 200  # bench_rollouts draws 8 stages of (3/4, 5/4) * L/8 tokens: some rollouts are shorter than L
+    h, m = bench_rollouts(4, L, 8, 'planted', seed=1)
+    pr = planted_stage_rollouts(K=4, n_stages=8, d=8, stage_len=(18, 31), seed=1)
+    short = pr.mask.sum(-1) < L  # (K,) rollouts padded up to L
+    assert short.any() and pr.centers.shape[0] == 8
+    assert torch.equal(h[short, -1], pr.centers[-1].expand(int(short.sum()), 8))  # stage 7, the last of the 8
+
 def test_loglog_slope_and_row_format():
     assert abs(loglog_slope([10, 100, 1000], [1, 10, 100]) - 1) < 1e-12
     r = dict(L=512, t_lin=0.1, lin_iters=10, lin_sinkhorn_iters=20, t_pot_default=1., ratio_default=10., t_pot_tol=5.,

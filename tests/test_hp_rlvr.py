@@ -124,6 +124,18 @@ def test_grpo_zero_gradient_records_and_hp_rlvr_not():
     assert st_h2['zero_std_frac'] == 1.0 and st_h2['zero_grad_frac'] == 1.0  # now r = b = 0 everywhere: no credit at all
 
 
+def test_step_scores_in_chunks_never_full_logits(monkeypatch):
+    """The step reads hidden states and forms logits a chunk at a time: it never asks for the (B, T, V) logits."""
+    import hara_ref.hp_rlvr as hp
+    def full_logits(*a, **k): raise AssertionError('hp_rlvr_step built the full (B, T, V) logits')
+    monkeypatch.setattr(hp, 'response_logits', full_logits)
+    tok = char_tokenizer(); items = [dict(prompt=f"{a}+{b}=", answer=str(a + b)) for a, b in [(1, 2), (3, 4)]]
+    net = tiny_qwen3(tok, hidden_size=32, seed=0); opt = torch.optim.AdamW(net.parameters(), lr=1e-4)
+    st_ = hp_rlvr_step(net, opt, tok, items, TrainConfig(method='hp-rlvr', group_size=1, max_new_tokens=5),
+                       lambda text, ans: float('3' in text), torch.Generator().manual_seed(0), memory={})
+    assert 0 <= st_['w_min'] <= st_['w_max'] <= 1 and math.isfinite(st_['entropy'])
+
+
 def test_cli_flags():
     ex, cfg = configs_from_args(train_parser().parse_args(['--method', 'hp-rlvr']))
     assert cfg.group_size == 1 and ex.reweights == ('none',)
