@@ -152,7 +152,8 @@ def study_cli(argv:list|None=None) -> int:
     p = argparse.ArgumentParser(prog='hara-ref study', description=study_cli.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     args = add_dataclass_flags(p, StudyConfig, parse={'seeds': _seeds, 'only': _csv}).parse_args(argv)
     try: sc = StudyConfig(**vars(args)); cells = study_cells(sc); study_plan(sc, cells, verbose=False)  # refused before any work
-    except ValueError as e: print(f"hara-ref study: error: {e}", file=sys.stderr); return 2
+    except ValueError as e:
+        print(f"hara-ref study: error: {str(e).replace('`allow_config_change`', '--allow-config-change')}", file=sys.stderr); return 2
     print(f"hara-ref study -> {sc.out}: {len(cells)} cells x {len(sc.seeds)} seeds, {sc.steps} steps, {sc.workers} workers x {sc.threads} threads", flush=True)
     meta = run_study(sc)
     print(write_report(sc.out)); print(f"\n{meta['ran']} runs in {meta['wall_s'] / 60:.1f} min; results in {sc.out}")
