@@ -67,7 +67,7 @@ def save_policy(model, tokenizer, path): # folder to (re)write
     _replace_dir(tmp, path)
 
 def checkpoint_problem(path) -> str|None:
-    "Why the `save_pretrained` folder `path` cannot be loaded (the file and the reason), or None if every file is whole."
+    "Why the `save_pretrained` folder `path` cannot be loaded (the file and the reason), or None."
     from safetensors import safe_open
     path = Path(path)
     if not (path / 'config.json').exists(): return f"{path / 'config.json'} is missing"
@@ -75,22 +75,26 @@ def checkpoint_problem(path) -> str|None:
         try:
             if f.suffix == '.json': json.loads(f.read_text(encoding='utf-8'))
             elif f.suffix == '.safetensors':
-                with safe_open(str(f), 'pt'): pass  # reads the header, checks that it covers the whole file
+                with safe_open(str(f), 'pt'): pass  # reads the header, checks it covers the file
         except Exception as e: return f"{f} is damaged ({type(e).__name__}: {e})"
     return None
 
 def load_policy(path, device='cpu', dtype:str='fp32'):
-    "Load a local causal LM and its tokenizer (`AutoModelForCausalLM`, `AutoTokenizer`, offline); a damaged file is named."
+    "Load a local causal LM and its tokenizer (`AutoModelForCausalLM`, `AutoTokenizer`, offline)."
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = Path(path)
     if not path.exists() and path.with_name(path.name + '.old').exists(): path = path.with_name(path.name + '.old')
     if not (path / 'config.json').exists(): raise FileNotFoundError(f"no model checkpoint (config.json) in {str(path)!r}")
-    if bad := checkpoint_problem(path): raise ValueError(f"cannot load the checkpoint in {path}: {bad}")
+    if bad := checkpoint_problem(path):
+        raise ValueError(f"cannot load the checkpoint in {path}: {bad}")
+    kw = dict(local_files_only=True)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        try: model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=DTYPES[dtype])
-        except TypeError: model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=DTYPES[dtype])
-    except Exception as e: raise ValueError(f"cannot load the checkpoint in {path}: {type(e).__name__}: {e}") from e
+        tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+        try: model = AutoModelForCausalLM.from_pretrained(path, **kw, dtype=DTYPES[dtype])
+        except TypeError:  # transformers < 4.56
+            model = AutoModelForCausalLM.from_pretrained(path, **kw, torch_dtype=DTYPES[dtype])
+    except Exception as e:
+        raise ValueError(f"cannot load the checkpoint in {path}: {type(e).__name__}: {e}") from e
     return model.to(device), tokenizer
 
 # %% ../nbs/10_policy.ipynb #4be7bda0
@@ -222,26 +226,29 @@ def append_jsonl(path, row:dict):
         f.write(json.dumps(row) + '\n'); f.flush(); os.fsync(f.fileno())
 
 def read_jsonl(path) -> list:
-    "The JSON objects of a metrics file, one per line ([] if it does not exist); a torn last line is skipped with a warning."
+    "The JSON objects of a metrics file ([] if none); a torn last line is skipped with a warning."
     path = Path(path)
     if not path.exists(): return []
-    lines, rows = path.read_text(encoding='utf-8-sig').split('\n'), []  # the last piece is '' after a complete line
+    lines, rows = path.read_text(encoding='utf-8-sig').split('\n'), []  # '' after a whole line
     for k, line in enumerate(lines, 1):
         if not line.strip(): continue
         try: row = json.loads(line)
         except json.JSONDecodeError as e:
-            if k == len(lines):  # no newline after it: a write cut short by a kill, which a resumed run redoes
-                warnings.warn(f"{path}:{k}: torn last line skipped (a write cut short): {line[:40]!r}"); continue
-            raise ValueError(f"{path}:{k}: not valid JSON ({e.msg}, column {e.colno}); the file is damaged: "
-                             f"restore it, or move its run folder aside and run it again") from None
-        if not isinstance(row, dict): raise ValueError(f"{path}:{k}: expected a JSON object, got {type(row).__name__}")
+            if k == len(lines):  # no newline after it: a write cut short; a resume redoes it
+                warnings.warn(f"{path}:{k}: torn last line skipped (a write cut short)")
+                continue
+            raise ValueError(f"{path}:{k}: not valid JSON ({e.msg}, column {e.colno}); the file "
+                             "is damaged: restore it, or move its run folder aside") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{k}: expected a JSON object, got {type(row).__name__}")
         rows.append(row)
     return rows
 
 def read_json(path, fix:str) -> object:
-    "A JSON file; a damaged one raises ValueError naming the file, what is wrong and `fix`, what to do about it."
+    "A JSON file; a damaged one raises ValueError naming the file, the fault and `fix`."
     try: return json.loads(Path(path).read_text(encoding='utf-8-sig'))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e: raise ValueError(f"{path} is damaged ({e}): {fix}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged ({e}): {fix}") from None
 
 # %% ../nbs/10_policy.ipynb #5634d1b3
 def save_checkpoint(run_dir, model, tokenizer, opt, step:int, generator, rng:random.Random, memory:dict|None=None):
@@ -253,9 +260,10 @@ def save_checkpoint(run_dir, model, tokenizer, opt, step:int, generator, rng:ran
     _replace_dir(tmp, run_dir / 'ckpt')
 
 def load_trainer_state(run_dir, mmap:bool=False) -> dict|None:
-    "The trainer state of the last complete checkpoint of a run, or None; a damaged `trainer.pt` raises ValueError naming it."
+    "The trainer state of a run's last complete checkpoint, or None; names a damaged file."
     for d in (Path(run_dir) / 'ckpt', Path(run_dir) / 'ckpt.old'):
         if not (d / 'trainer.pt').exists(): continue
         try: return torch.load(d / 'trainer.pt', weights_only=False, mmap=mmap) | dict(path=d)
-        except Exception as e: raise ValueError(f"{d / 'trainer.pt'} is damaged ({type(e).__name__}: {e})") from None
+        except Exception as e:
+            raise ValueError(f"{d / 'trainer.pt'} is damaged ({type(e).__name__}: {e})") from None
     return None

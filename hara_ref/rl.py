@@ -14,8 +14,8 @@ from .countdown import _sum_demo
 from .rlvr import extract_boxed, mean_accuracy, mean_pass_at_k
 from .grpo import ppo_clip_loss, masked_mean, dynamic_sampling_mask, overlong_penalty
 from .policy import (_replace_dir, load_policy, save_policy, encode_prompts, pad_id, sample, policy_forward,
-                             append_jsonl, read_jsonl, read_json, save_checkpoint, load_trainer_state,
-                             checkpoint_problem)
+                             append_jsonl, read_jsonl, read_json, save_checkpoint,
+                             load_trainer_state, checkpoint_problem)
 
 # %% auto #0
 __all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'REWEIGHTS', 'ALLOCATIONS', 'LOSS_AGG', 'builtin_items', 'load_jsonl', 'sft_batch',
@@ -38,34 +38,41 @@ def _problem_of(row:dict, where:str) -> str:
     "The `problem` field of a data line: a non-empty string."
     p = row.get('problem')
     if p is None: raise ValueError(f"{where}: field 'problem' is missing (or null)")
-    if not isinstance(p, str) or not p.strip(): raise ValueError(f"{where}: field 'problem' must be a non-empty string, got {p!r}")
+    if not isinstance(p, str) or not p.strip():
+        raise ValueError(f"{where}: field 'problem' must be a non-empty string, got {p!r}")
     return p
 
 def _answer_of(row:dict, where:str) -> str:
-    "The `answer` field of a data line (a string or a number, 0 included), else the `\\boxed{}` of its `solution`."
-    a = row.get('answer')
+    "The `answer` of a data line (a string or a number, 0 too), else the box of its `solution`."
+    a, sol = row.get('answer'), row.get('solution')
+    no = f"{where}: field 'answer' is missing (or null)"
     if a is not None:
         if isinstance(a, bool) or not isinstance(a, (str, int, float)) or not str(a).strip():
-            raise ValueError(f"{where}: field 'answer' must be a non-empty string or a number, got {a!r}")
+            raise ValueError(f"{where}: field 'answer' must be a non-empty string or a number, "
+                             f"got {a!r}")
         return str(a)
-    sol = row.get('solution')
-    if sol is None: raise ValueError(f"{where}: field 'answer' is missing (or null) and there is no 'solution' to take it from")
+    if sol is None: raise ValueError(f"{no} and there is no 'solution' to take it from")
     boxed = extract_boxed(sol)
-    if not boxed or not boxed.strip(): raise ValueError(f"{where}: field 'answer' is missing (or null) and field 'solution' has no \\boxed{{...}} answer")
+    if not boxed or not boxed.strip():
+        raise ValueError(f"{no} and field 'solution' has no \\boxed{{...}} answer")
     return boxed
 
 def load_jsonl(path, template:str=MATH_TEMPLATE) -> list:
-    "MATH-style JSON lines (`problem` + `answer`, or a `solution` with a `\\boxed{}`) as `{'prompt', 'answer'}` dicts; a bad line is refused with file, line and field."
+    "MATH-style JSON lines (`problem`; `answer`, or a `solution`'s box) as prompt-answer dicts."
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f"data file {str(path)!r} does not exist")
     items = []
-    for k, line in enumerate(path.read_text(encoding='utf-8-sig').splitlines(), 1):  # utf-8-sig: a byte-order mark is dropped
+    for k, line in enumerate(path.read_text(encoding='utf-8-sig').splitlines(), 1):  # drops a BOM
         if not line.strip(): continue
         where = f"{path}:{k}"
         try: row = json.loads(line)
-        except json.JSONDecodeError as e: raise ValueError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
-        if not isinstance(row, dict): raise ValueError(f"{where}: expected a JSON object with 'problem' and 'answer', got {type(row).__name__}")
-        items.append(dict(prompt=template.format(problem=_problem_of(row, where)), answer=_answer_of(row, where)))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object with 'problem' and 'answer', "
+                             f"got {type(row).__name__}")
+        problem, answer = _problem_of(row, where), _answer_of(row, where)
+        items.append(dict(prompt=template.format(problem=problem), answer=answer))
     if not items: raise ValueError(f"data file {str(path)!r} is empty")
     return items
 
@@ -277,35 +284,52 @@ def ppo_update(model, opt, pi, pm, ri, rm, old_logp, A, keep, cfg:TrainConfig, g
 
 # %% ../nbs/10a_rl.ipynb #7d462dc0
 def config_changes(saved:dict, now:dict, ignore:tuple=()) -> list:
-    "'`field` saved -> now' for every field of both configurations (as JSON) whose values differ, except `ignore`."
+    "'`field` saved -> now' for each field (as JSON) whose value changed, but those in `ignore`."
     now = json.loads(json.dumps(now, default=str))
-    return [f"`{k}` {saved[k]!r} -> {now[k]!r}" for k in saved if k in now and k not in ignore and saved[k] != now[k]]
+    same = lambda k, v: k not in now or k in ignore or v == now[k]
+    return [f"`{k}` {v!r} -> {now[k]!r}" for k, v in saved.items() if not same(k, v)]
 
-def resume_point(cfg:TrainConfig, run_dir, allow_config_change:bool=False) -> dict:
-    "How a resume goes on in `run_dir`: status 'start' | 'continue' | 'complete', `step`, the metric `rows` kept, a `message`."
-    run_dir = Path(run_dir); fix = f"move {run_dir} aside, and a resume trains this run again from step 0"
-    if (saved := run_dir / 'train_config.json').exists():
-        diff = config_changes(read_json(saved, f"restore it, or {fix}"), asdict(cfg))
-        if diff and not allow_config_change: raise ValueError(
-            f"{run_dir} was trained with other settings ({'; '.join(diff)}): resume with the saved values, or allow the change with `allow_config_change`")
-    rows = read_jsonl(run_dir / 'metrics.jsonl')
-    done = max((r['step'] for r in rows if r['kind'] == 'train'), default=0)  # last training step with results
-    if any(r['kind'] == 'eval' and r['step'] == cfg.steps for r in rows) and done <= cfg.steps:
-        note = '' if (run_dir / 'final' / 'config.json').exists() else ' (its final/ policy is missing)'
-        return dict(status='complete', step=cfg.steps, rows=rows,
-                    message=f"{run_dir.name}: complete, {done} of {cfg.steps} steps and the final evaluation in metrics.jsonl{note}: left as is")
-    try: state = load_trainer_state(run_dir, mmap=True)
-    except ValueError as e: raise ValueError(f"{e}: {fix}") from None
-    if state and (bad := checkpoint_problem(state['path'])): raise ValueError(f"{bad}: {fix}")
+def _stop(run_dir:Path, why:str):
+    "The error of a run that cannot go on: why, and what to do."
+    return ValueError(f"{why}: move {run_dir} aside, and a resume trains it again from step 0")
+
+def _found(run_dir:Path, cfg:TrainConfig, done:int, state:dict|None) -> dict:
+    "A run to continue from its checkpoint (none: from step 0)."
     k = state['step'] if state else 0
-    due = min(cfg.save_every * (k // cfg.save_every + 1), cfg.steps)  # the first checkpoint due after step k
-    if done > due: raise ValueError(f"{run_dir}: metrics.jsonl reaches step {done}, but " + (f"the last checkpoint is of step {k}" if state else
-                                    "there is no checkpoint") + f" (the one of step {due} is missing), so the run cannot go on from its results: {fix}")
-    if done < k: raise ValueError(f"{run_dir}: checkpoint of step {k}, but metrics.jsonl ends at step {done} (the rows in between are missing): {fix}")
-    if not rows and not state: return dict(status='start', step=0, rows=[], message=f"{run_dir.name}: nothing yet: starts at step 0")
-    again = f" (steps {k + 1}..{done} again)" if done > k + 1 else f" (step {done} again)" if done > k else ''
-    found = f"{done} of {cfg.steps} steps in metrics.jsonl, " + (f"checkpoint of step {k}" if state else "no checkpoint yet")
-    return dict(status='continue', step=k, rows=[r for r in rows if r['step'] <= k], message=f"{run_dir.name}: {found}: continues from step {k}{again}")
+    again = '' if done == k else f" (step {done} again)" if done == k + 1 else \
+            f" (steps {k + 1}..{done} again)"
+    ck = f"checkpoint of step {k}" if state else "no checkpoint yet"
+    msg = f"{done} of {cfg.steps} steps in metrics.jsonl, {ck}: continues from step {k}{again}"
+    return dict(status='continue', step=k, message=f"{run_dir.name}: {msg}")
+
+# %% ../nbs/10a_rl.ipynb #57f43f70
+def resume_point(cfg:TrainConfig, run_dir, allow_config_change:bool=False) -> dict:
+    "What a resume does in `run_dir`: `status` (start|continue|complete), `step`, `rows`, `message`"
+    run_dir = Path(run_dir)
+    if (saved := run_dir / 'train_config.json').exists():
+        diff = config_changes(read_json(saved, f"restore it, or move {run_dir} aside"), asdict(cfg))
+        if diff and not allow_config_change: raise ValueError(
+            f"{run_dir} was trained with other settings ({'; '.join(diff)}): resume with the saved "
+            "values, or allow the change with `allow_config_change`")
+    rows = read_jsonl(run_dir / 'metrics.jsonl')
+    done = max((r['step'] for r in rows if r['kind'] == 'train'), default=0)  # last step done
+    if any(r['kind'] == 'eval' and r['step'] == cfg.steps for r in rows) and done <= cfg.steps:
+        note = '' if (run_dir / 'final' / 'config.json').exists() else ' (final/ is missing)'
+        msg = f"complete, {done} of {cfg.steps} steps and the final evaluation in metrics.jsonl"
+        msg = f"{run_dir.name}: {msg}{note}: left as is"
+        return dict(status='complete', step=cfg.steps, rows=rows, message=msg)
+    try: state = load_trainer_state(run_dir, mmap=True)
+    except ValueError as e: raise _stop(run_dir, str(e)) from None
+    if state and (bad := checkpoint_problem(state['path'])): raise _stop(run_dir, bad)
+    k = state['step'] if state else 0
+    due = min(cfg.save_every * (k // cfg.save_every + 1), cfg.steps)  # first checkpoint due after k
+    last = f"the last checkpoint is of step {k}" if state else "there is no checkpoint"
+    if done > due: raise _stop(run_dir, f"{run_dir}: metrics.jsonl reaches step {done}, but {last} "
+                                        f"(the one of step {due} is missing)")
+    if done < k: raise _stop(run_dir, f"{run_dir}: checkpoint of step {k}, metrics up to {done}")
+    if not rows and not state:
+        return dict(status='start', step=0, rows=[], message=f"{run_dir.name}: nothing yet: starts")
+    return _found(run_dir, cfg, done, state) | dict(rows=[r for r in rows if r['step'] <= k])
 
 # %% ../nbs/10a_rl.ipynb #904a2dff
 def _tqdm(**kw):
@@ -317,27 +341,28 @@ def train_run(cfg:TrainConfig, run_dir, init_path, train_items:list, eval_items:
               progress:bool|object=True, # True: own tqdm bar; a callable(n): report finished steps to it; False: quiet
               start_eval:dict|None=None, # evaluation of the start policy (step 0), if already known
               strategy_fn=None, # the task's strategy(text, answer), for distinct strategies at evaluation
-              allow_config_change:bool=False, # with `resume`: go on although `cfg` differs from the run's train_config.json
+              allow_config_change:bool=False, # with `resume`: go on with a `cfg` unlike the saved
              ) -> list:
     "One seeded RLVR run from the checkpoint at `init_path`; writes metrics, checkpoints and `final/` to `run_dir`."
     run_dir = Path(run_dir)
     if resume: at = resume_point(cfg, run_dir, allow_config_change)
-    elif (run_dir / 'metrics.jsonl').exists() or (run_dir / 'ckpt').exists():
-        raise ValueError(f"{run_dir} already holds a run: resume it (`resume`), or write to another folder")
+    elif (run_dir / 'metrics.jsonl').exists() or (run_dir / 'ckpt').exists():  # never written over
+        raise ValueError(f"{run_dir} already holds a run: resume it (`resume`), or use another one")
     else: at = dict(status='start', step=0, rows=[])
     if at['status'] == 'complete': return at['rows']
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / 'train_config.json').write_text(json.dumps(asdict(cfg), indent=1))
-    (run_dir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in at['rows']))  # rows up to the checkpoint
+    (run_dir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in at['rows']))
     state = load_trainer_state(run_dir) if at['step'] else None
     model, tok = load_policy(state['path'] if state else init_path, device, dtype)
     if gradient_checkpointing: model.gradient_checkpointing_enable()
     ref = load_policy(init_path, device, dtype)[0].eval() if cfg.beta > 0 else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     gen, rng, step = torch.Generator(device=model.device).manual_seed(cfg.seed), random.Random(cfg.seed), 0
-    if state: opt.load_state_dict(state['opt']); gen.set_state(state['gen']); rng.setstate(state['rng']); step = state['step']
+    if state:
+        opt.load_state_dict(state['opt']); gen.set_state(state['gen']); rng.setstate(state['rng']); step = state['step']
     memory = state.get('memory', {}) if state else {}  # state a method keeps across steps (HP-RLVR's reward history)
-    evaluated = {r['step'] for r in at['rows'] if r['kind'] == 'eval'}  # evaluations kept from before the resume
+    evaluated = {r['step'] for r in at['rows'] if r['kind'] == 'eval'}  # kept from before a resume
     import hara_ref.hara  # imported before the first step, so that its import time is not counted as HARA time
     tag = dict(method=cfg.method, reweight=cfg.reweight, seed=cfg.seed)
     bar = _tqdm(total=cfg.steps, initial=step, desc=f"{cfg.method}+{cfg.reweight} s{cfg.seed}", leave=False) if progress is True else None

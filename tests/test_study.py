@@ -61,7 +61,8 @@ def test_quick_study_end_to_end_and_resume(tmp_path, capsys):
     assert (out / 'curves_countdown.png').stat().st_size > 1000 and 'Δ pass@1' in (out / 'tables.md').read_text()
     assert main(args) == 0
     printed = capsys.readouterr().out
-    assert '0 runs in' in printed and '4 runs complete (left as they are), 0 to continue, 0 to start' in printed
+    assert '0 runs in' in printed
+    assert '4 runs complete (left as they are), 0 to continue, 0 to start' in printed
 
 
 def test_committed_full_study_reports_every_run():
@@ -81,20 +82,24 @@ def test_committed_full_study_reports_every_run():
 
 
 def test_duplicate_seeds_refused():
-    with pytest.raises(ValueError, match='`seeds` lists 1 more than once'): StudyConfig(seeds=(0, 1, 1))
+    with pytest.raises(ValueError, match='`seeds` lists 1 more than once'):
+        StudyConfig(seeds=(0, 1, 1))
 
 
 def test_study_refuses_a_run_it_cannot_continue_before_any_work(tmp_path, capsys):
-    "A run folder trained with other settings stops the study before the warm start, with the folder and the fields named."
+    "A run trained with other settings stops the study before any work: its folder, its fields."
     from dataclasses import asdict
     from hara_ref.cli import main
     from hara_ref.study import base_train_config
     out = tmp_path / 'study'
-    args = ['study', '--quick', '--out', str(out), '--steps', '2', '--eval-every', '1', '--sft-steps', '10', '--seeds', '1',
-            '--eval-prompts', '4', '--eval-samples', '4', '--workers', '1', '--threads', '1']
-    sc = StudyConfig(out=str(out), quick=True, steps=2, eval_every=1, sft_steps=10, seeds=(0,), eval_prompts=4, eval_samples=4)
+    args = ['study', '--quick', '--out', str(out), '--steps', '2', '--eval-every', '1',
+            '--sft-steps', '10', '--seeds', '1', '--eval-prompts', '4', '--eval-samples', '4',
+            '--workers', '1', '--threads', '1']
+    sc = StudyConfig(out=str(out), quick=True, steps=2, eval_every=1, sft_steps=10, seeds=(0,),
+                     eval_prompts=4, eval_samples=4)
     d = out / 'countdown' / 'runs' / 'grpo-s0'; d.mkdir(parents=True)
-    (d / 'train_config.json').write_text(json.dumps(asdict(base_train_config(sc)) | dict(lr=1.0, seed=0)))
+    saved = asdict(base_train_config(sc)) | dict(lr=1.0, seed=0)
+    (d / 'train_config.json').write_text(json.dumps(saved))
     assert main(args) == 2
     err = capsys.readouterr().err
     assert str(d) in err and '`lr` 1.0 -> 3e-05' in err and '--allow-config-change' in err, err

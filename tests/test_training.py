@@ -81,15 +81,15 @@ def _tiny_run(tmp_path, tok, steps, resume=False, reweight='hara-tok', name='run
                       eval_prompts=4, eval_samples=2, lr=1e-3, seed=7)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        return train_run(cfg, tmp_path / name, init, items, items[:4], _even_length_reward, resume=resume, progress=False,
-                         allow_config_change=allow)
+        return train_run(cfg, tmp_path / name, init, items, items[:4], _even_length_reward,
+                         resume=resume, progress=False, allow_config_change=allow)
 
 
 def test_resume_matches_uninterrupted_run(tok, tmp_path):
     full = _tiny_run(tmp_path, tok, 4, name='full')
     half = _tiny_run(tmp_path, tok, 2, name='split')
     assert load_trainer_state(tmp_path / 'split')['step'] == 2
-    resumed = _tiny_run(tmp_path, tok, 4, resume=True, name='split', allow=True)  # 2 steps more than planned
+    resumed = _tiny_run(tmp_path, tok, 4, resume=True, name='split', allow=True)  # 2 steps more
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith('t_')} for r in rows]
     assert strip(full) == strip(resumed)
     assert [r['kind'] for r in full] == ['eval', 'train', 'train', 'eval', 'train', 'train', 'eval']
@@ -127,14 +127,15 @@ def test_seeded_runs_reproducible(tok, tmp_path):
     (['--model', 'MODEL', '--data', '/no/such/file.jsonl'], 'does not exist'),
     (['--resume'], '--resume needs --out'),
     (['--seeds', 'a,b'], '--seeds'),
-    (['--data', 'DATA'], '--data needs --model, a local checkpoint'),  # the built-in model cannot learn from a dataset
+    (['--data', 'DATA'], '--data needs --model, a local checkpoint'),  # nothing to learn
     (['--allow-config-change'], '--allow-config-change only applies with --resume'),
 ])
 def test_bad_config_fails_before_any_work(tmp_path, capsys, argv, msg):
     (tmp_path / 'empty.jsonl').write_text('\n\n')
     (tmp_path / 'data.jsonl').write_text('{"problem": "1+1?", "answer": 2}\n')
-    if 'MODEL' in argv: save_policy(tiny_qwen3(char_tokenizer(), hidden_size=32), char_tokenizer(), tmp_path / 'model')
-    paths = dict(EMPTY=tmp_path / 'empty.jsonl', DATA=tmp_path / 'data.jsonl', MODEL=tmp_path / 'model')
+    ctok = char_tokenizer()
+    if 'MODEL' in argv: save_policy(tiny_qwen3(ctok, hidden_size=32), ctok, tmp_path / 'm')
+    paths = dict(EMPTY=tmp_path / 'empty.jsonl', DATA=tmp_path / 'data.jsonl', MODEL=tmp_path / 'm')
     argv = [str(paths[a]) if a in paths else a for a in argv]
     out = tmp_path / 'out'
     assert train_cli(argv + (['--out', str(out)] if '--resume' not in argv else [])) == 2
@@ -201,54 +202,67 @@ def _data(tmp_path, *lines, bom=False):
 
 def test_load_jsonl_answer_zero_is_an_answer(tmp_path):
     from hara_ref.rl import load_jsonl
-    f = _data(tmp_path, '{"problem": "1-1?", "answer": 0, "solution": "\\\\boxed{7}"}', '{"problem": "2-2?", "answer": "0"}')
+    f = _data(tmp_path, '{"problem": "1-1?", "answer": 0, "solution": "\\\\boxed{7}"}',
+              '{"problem": "2-2?", "answer": "0"}')
     assert [it['answer'] for it in load_jsonl(f)] == ['0', '0']
 
 
 def test_load_jsonl_reads_a_byte_order_mark(tmp_path):
     from hara_ref.rl import load_jsonl
-    assert load_jsonl(_data(tmp_path, '{"problem": "1+1?", "answer": 2}', bom=True))[0]['answer'] == '2'
+    f = _data(tmp_path, '{"problem": "1+1?", "answer": 2}', bom=True)
+    assert load_jsonl(f)[0]['answer'] == '2'
 
+
+NO_ANSWER = "data.jsonl:2: field 'answer' is missing (or null)"
 
 @pytest.mark.parametrize('line, msg', [
     ('{"problem": null, "answer": "1"}', "data.jsonl:2: field 'problem' is missing"),
     ('{"answer": "1"}', "data.jsonl:2: field 'problem' is missing"),
     ('{"problem": 12, "answer": "1"}', "data.jsonl:2: field 'problem' must be a non-empty string"),
     ('{"problem": "", "answer": "1"}', "data.jsonl:2: field 'problem' must be a non-empty string"),
-    ('{"problem": "x", "answer": null}', "data.jsonl:2: field 'answer' is missing (or null) and there is no 'solution'"),
-    ('{"problem": "x", "solution": "no box here"}', "data.jsonl:2: field 'answer' is missing (or null) and field 'solution' has no"),
-    ('{"problem": "x", "answer": ""}', "data.jsonl:2: field 'answer' must be a non-empty string or a number"),
+    ('{"problem": "x", "answer": null}', f"{NO_ANSWER} and there is no 'solution'"),
+    ('{"problem": "x", "solution": "no box here"}', f"{NO_ANSWER} and field 'solution' has no"),
+    ('{"problem": "x", "answer": ""}', "data.jsonl:2: field 'answer' must be a non-empty string"),
     ('{"problem": "x", "answer": "1"', "data.jsonl:2: not valid JSON"),
     ('["x", "1"]', "data.jsonl:2: expected a JSON object"),
     ('"x"', "data.jsonl:2: expected a JSON object"),
 ])
 def test_load_jsonl_refuses_bad_lines_with_file_line_field(tmp_path, line, msg):
     from hara_ref.rl import load_jsonl
-    with pytest.raises(ValueError) as e: load_jsonl(_data(tmp_path, '{"problem": "ok", "answer": "1"}', line))
+    with pytest.raises(ValueError) as e:
+        load_jsonl(_data(tmp_path, '{"problem": "ok", "answer": "1"}', line))
     assert msg in str(e.value) and str(tmp_path) in str(e.value)
 
 
 def test_read_jsonl_warns_on_a_torn_last_line_and_refuses_a_damaged_one(tmp_path):
     f = tmp_path / 'metrics.jsonl'
     f.write_text('{"kind": "train", "step": 1}\n{"kind": "train", "st')
-    with pytest.warns(UserWarning, match=r"metrics.jsonl:2: torn last line"): assert [r['step'] for r in read_jsonl(f)] == [1]
+    with pytest.warns(UserWarning, match=r"metrics.jsonl:2: torn last line"):
+        assert [r['step'] for r in read_jsonl(f)] == [1]
     f.write_text('{"kind": "train", "step": 1}\n{"kind": "tr\n{"kind": "train", "step": 3}\n')
     with pytest.raises(ValueError, match=r"metrics.jsonl:2: not valid JSON"): read_jsonl(f)
 
 
-# Run folders: results are never deleted; resume says what it found and refuses what it cannot continue.
+# Run folders: results are never deleted; resume says what it found, refuses what it cannot do.
 
 def _run(tmp_path, tok, name, resume=False, allow=False, **kw):
     init = tmp_path / 'init'
     if not init.exists(): save_policy(tiny_qwen3(tok, hidden_size=32, seed=0), tok, init)
     items = builtin_items(16, 'train', max_value=9)
-    cfg = TrainConfig(**dict(dict(steps=2, group_size=2, prompts_per_step=2, max_new_tokens=6, eval_every=1, eval_prompts=2,
-                                  eval_samples=2, lr=1e-3, seed=3), **kw))
+    kw = dict(steps=2, group_size=2, prompts_per_step=2, max_new_tokens=6, eval_every=1,
+              eval_prompts=2, eval_samples=2, lr=1e-3, seed=3) | kw
+    extra = dict(allow_config_change=True) if allow else {}
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        return train_run(cfg, tmp_path / name, init, items, items[:2], _even_length_reward, resume=resume, progress=False,
-                         allow_config_change=allow) if allow else \
-               train_run(cfg, tmp_path / name, init, items, items[:2], _even_length_reward, resume=resume, progress=False)
+        return train_run(TrainConfig(**kw), tmp_path / name, init, items, items[:2],
+                         _even_length_reward, resume=resume, progress=False, **extra)
+
+
+def _keep(d, keep):
+    "Keep the rows of a run's metrics.jsonl that `keep` accepts (a kill earlier); its bytes."
+    rows = [r for r in read_jsonl(d / 'metrics.jsonl') if keep(r)]
+    (d / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    return (d / 'metrics.jsonl').read_bytes()
 
 
 def test_resume_leaves_a_finished_run_without_checkpoint_alone(tok, tmp_path):
@@ -256,7 +270,8 @@ def test_resume_leaves_a_finished_run_without_checkpoint_alone(tok, tmp_path):
     _run(tmp_path, tok, 'r')
     d = tmp_path / 'r'; shutil.rmtree(d / 'ckpt'); before = (d / 'metrics.jsonl').read_bytes()
     rows = _run(tmp_path, tok, 'r', resume=True)
-    assert (d / 'metrics.jsonl').read_bytes() == before and not (d / 'ckpt').exists()  # nothing retrained, nothing deleted
+    assert (d / 'metrics.jsonl').read_bytes() == before  # nothing deleted ...
+    assert not (d / 'ckpt').exists()  # ... nothing retrained
     assert [r['step'] for r in rows if r['kind'] == 'train'] == [1, 2]
 
 
@@ -271,10 +286,9 @@ def test_resume_refuses_metrics_past_a_missing_checkpoint(tok, tmp_path):
     import shutil
     _run(tmp_path, tok, 'r', steps=3)
     d = tmp_path / 'r'; shutil.rmtree(d / 'ckpt')
-    rows = [r for r in read_jsonl(d / 'metrics.jsonl') if r['step'] <= 2]  # killed before step 3: no final evaluation
-    (d / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows)); before = (d / 'metrics.jsonl').read_bytes()
-    with pytest.raises(ValueError, match=r"reaches step 2, but there is no checkpoint \(the one of step 1 is missing\)"):
-        _run(tmp_path, tok, 'r', steps=3, resume=True)
+    before = _keep(d, lambda r: r['step'] <= 2)  # killed before step 3: no final evaluation
+    msg = r"reaches step 2, but there is no checkpoint \(the one of step 1 is missing\)"
+    with pytest.raises(ValueError, match=msg): _run(tmp_path, tok, 'r', steps=3, resume=True)
     assert (d / 'metrics.jsonl').read_bytes() == before
 
 
@@ -289,12 +303,13 @@ def test_resume_refuses_changed_settings_unless_allowed(tok, tmp_path):
     assert json.loads((tmp_path / 'r' / 'train_config.json').read_text())['steps'] == 3
 
 
-@pytest.mark.parametrize('name', ['trainer.pt', 'model.safetensors', 'tokenizer.json', 'config.json'])
+@pytest.mark.parametrize('name', ['trainer.pt', 'model.safetensors', 'tokenizer.json',
+                                  'config.json'])
 def test_resume_names_a_damaged_checkpoint_file(tok, tmp_path, name):
     _run(tmp_path, tok, 'r')
     d = tmp_path / 'r'
-    rows = [r for r in read_jsonl(d / 'metrics.jsonl') if not (r['kind'] == 'eval' and r['step'] == 2)]  # killed before the last evaluation
-    (d / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
-    f = d / 'ckpt' / name; f.write_bytes(f.read_bytes()[:len(f.read_bytes()) // 2])  # a copy cut short
+    _keep(d, lambda r: not (r['kind'] == 'eval' and r['step'] == 2))  # killed before the last eval
+    f = d / 'ckpt' / name
+    f.write_bytes(f.read_bytes()[:len(f.read_bytes()) // 2])  # a copy cut short
     with pytest.raises(ValueError) as e: _run(tmp_path, tok, 'r', resume=True)
     assert f"{f} is damaged" in str(e.value) and f"move {d} aside" in str(e.value), str(e.value)
