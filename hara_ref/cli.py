@@ -116,11 +116,14 @@ def _hp_rlvr_flags(kw_ex:dict, kw_tr:dict, ex_cls, tr_cls):
 
 # %% ../nbs/11_cli.ipynb #b0d668a6
 def _check_paths(ex):
-    "The model folder, the data file and the device exist (FileNotFoundError / ValueError)."
+    "The model folder is whole, the data reads, the device exists (FileNotFoundError / ValueError)."
     import torch
     from hara_ref.rl import load_jsonl
+    from hara_ref.policy import checkpoint_problem
     if ex.model and not (Path(ex.model) / 'config.json').exists(): raise FileNotFoundError(f"--model {ex.model!r}: no checkpoint (config.json) there")
-    if ex.data: load_jsonl(ex.data)  # raises on a missing or empty file
+    if ex.model and (bad := checkpoint_problem(ex.model)):
+        raise ValueError(f"--model {ex.model!r}: {bad}")
+    if ex.data: load_jsonl(ex.data)  # raises on a missing, empty or bad file (file:line: field)
     if torch.device(ex.device).type == 'cuda' and not torch.cuda.is_available(): raise ValueError("--device cuda but no CUDA device is available")
 
 def configs_from_args(args) -> tuple:
@@ -136,6 +139,10 @@ def configs_from_args(args) -> tuple:
     try: ex, cfg = ExperimentConfig(**kw_ex), TrainConfig(**kw_tr)
     except ValueError as e: raise ValueError(_as_flags(str(e), [*kw_ex, *kw_tr])) from None
     _check_paths(ex)
+    if ex.engine == 'ours' or not ex.resume:  # a fresh run never writes over results
+        from hara_ref.experiment import experiment_plan
+        try: experiment_plan(ex, cfg)
+        except ValueError as e: raise ValueError(_as_flags(str(e), [*kw_ex, *kw_tr])) from None
     return ex, cfg
 
 # %% ../nbs/11_cli.ipynb #152606c1

@@ -11,13 +11,14 @@ import torch
 from .data import is_heldout
 from .rlvr import math_reward
 from .countdown import Task, builtin_task
-from .policy import DTYPES, char_tokenizer, tiny_qwen3, load_policy, save_policy
+from .policy import (DTYPES, char_tokenizer, tiny_qwen3, load_policy, save_policy, read_json,
+                             checkpoint_problem)
 from .rl import (TrainConfig, REWEIGHTS, builtin_items, load_jsonl, sft, evaluate, train_run, read_jsonl,
-                         load_trainer_state, _tqdm)
+                         load_trainer_state, resume_point, config_changes, _tqdm)
 
 # %% auto #0
-__all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'experiment_task', 'prepare_start', 'run_experiment',
-           'run_pool', 'plot_runs', 'summarize', 'paired_lines']
+__all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'experiment_task', 'prepare_start', 'experiment_jobs',
+           'experiment_plan', 'run_experiment', 'run_pool', 'plot_runs', 'summarize', 'paired_lines']
 
 # %% ../nbs/10b_experiment.ipynb #3023c47f
 @dataclass
@@ -25,6 +26,7 @@ class ExperimentConfig:
     "What `hara-ref train` runs: the start policy, the data, the variants and seeds, and where it writes; checked on construction."
     out:str|None = None           # run folder (None: runs/<timestamp>)
     resume:bool = False           # continue the runs in `out` from their last checkpoints
+    allow_config_change:bool = False # with resume: go on with settings that differ from config.json
     model:str|None = None         # local Qwen3 checkpoint (None: built-in tiny Qwen3 + SFT warm start)
     data:str|None = None          # MATH-style JSON lines: problem + answer or solution (None: built-in task)
     reweights:tuple = ('none', 'hara-tok') # credit assignments to compare, one run per seed each
@@ -60,6 +62,18 @@ def experiment_errors(ex:ExperimentConfig) -> list:
     if ex.dtype not in DTYPES: bad.append(f"`dtype` must be one of {tuple(DTYPES)}, got {ex.dtype!r}")
     if ex.task not in ('sum', 'countdown'): bad.append(f"`task` must be 'sum' or 'countdown', got {ex.task!r}")
     if ex.engine not in ('ours', 'trl'): bad.append(f"`engine` must be 'ours' or 'trl', got {ex.engine!r}")
+    for name in ('reweights', 'seeds'):
+        v = getattr(ex, name)
+        if dup := list(dict.fromkeys(x for x in v if v.count(x) > 1)):
+            bad.append(f"`{name}` lists {', '.join(map(str, dup))} more than once: each (variant, "
+                       "seed) has one run folder, which two runs cannot share")
+    if ex.data and not ex.model: bad.append(
+        "`data` needs `model`, a local checkpoint: the built-in tiny model knows only the built-in "
+        "tasks' characters and is warm-started on their scratchpads, so on your data it would "
+        "start from random weights, never write a \\boxed{} answer and get reward 0 at every "
+        "step; give `model`, or leave out `data`")
+    if ex.allow_config_change and not ex.resume:
+        bad.append("`allow_config_change` only applies with `resume`")
     if ex.data and ex.sft_steps: bad.append("the SFT warm start needs the built-in task's scratchpads; use sft_steps 0 with `data`")
     return bad
 
@@ -95,7 +109,8 @@ def _job(args):
     cfg, run_dir, init, tr, ev, rf, ex, start_eval, q = args
     _set_threads(ex.threads)
     report = (lambda n: q.put(n)) if q is not None else False
-    train_run(cfg, run_dir, init, tr, ev, rf, ex.device, ex.dtype, ex.gradient_checkpointing, ex.resume, report, start_eval, _strategy_fn(ex))
+    train_run(cfg, run_dir, init, tr, ev, rf, ex.device, ex.dtype, ex.gradient_checkpointing,
+              ex.resume, report, start_eval, _strategy_fn(ex), ex.allow_config_change)
     return str(run_dir)
 
 # %% ../nbs/10b_experiment.ipynb #31de7207
@@ -121,30 +136,82 @@ def prepare_start(ex:ExperimentConfig, eval_prompts:int=100, progress:bool=True)
     (out / 'sft_loss.json').write_text(json.dumps(losses))
     return init, train, held, reward_fn
 
+# %% ../nbs/10b_experiment.ipynb #2fa74731
+_RESUMABLE = ('out', 'resume', 'allow_config_change', 'workers', 'threads', 'device',
+              'gradient_checkpointing')  # settings a resume may change
+
+def experiment_jobs(ex:ExperimentConfig, cfg:TrainConfig) -> list:
+    "(TrainConfig, run folder) of every (variant, seed) of the experiment."
+    name = lambda rw, s: f"{variant_name(cfg.method, rw, cfg.allocation)}-s{s}"
+    runs = Path(ex.out) / 'runs'
+    return [(replace(cfg, reweight=rw, seed=s), runs / name(rw, s))
+            for rw in ex.reweights for s in ex.seeds]
+
+def _check_resume_files(ex:ExperimentConfig, cfg:TrainConfig):
+    "The saved settings are those of `ex` and `cfg` (or a change is allowed); files are whole."
+    out = Path(ex.out)
+    if (saved := out / 'config.json').exists():
+        old = read_json(saved, "restore it, or move it aside to resume with the current settings")
+        diff = config_changes(old['experiment'], asdict(ex), _RESUMABLE)
+        diff += config_changes(old['train'], asdict(cfg))
+        if diff and not ex.allow_config_change: raise ValueError(
+            f"`resume` with settings that differ from {saved}: {'; '.join(diff)}. Resume with the "
+            "saved values, or add `allow_config_change` to go on with the new ones")
+    if (se := out / 'start_eval.json').exists():
+        read_json(se, "delete it, and `resume` evaluates the start again")
+    if (out / 'sft').exists() and (bad := checkpoint_problem(out / 'sft')):
+        raise ValueError(f"the warm start is damaged: {bad}; delete {out / 'sft'} to redo it")
+
+def experiment_plan(ex:ExperimentConfig, cfg:TrainConfig) -> list:
+    "(cfg, run folder, `resume_point`) of each run; ValueError before any work if one cannot go on."
+    out, jobs = Path(ex.out), experiment_jobs(ex, cfg)
+    if not ex.resume:
+        held = [d.name for _, d in jobs if (d / 'metrics.jsonl').exists()]
+        held += ['config.json'] if (out / 'config.json').exists() else []
+        if held: raise ValueError(f"`out` {out} already holds an experiment ({', '.join(held)}): "
+                                  "add `resume` to go on with it, or choose another `out`")
+        start = lambda d: dict(status='start', step=0, rows=[], message=f"{d.name}: starts")
+        return [(c, d, start(d)) for c, d in jobs]
+    _check_resume_files(ex, cfg)
+    plan, bad = [], []
+    for c, d in jobs:
+        try: plan.append((c, d, resume_point(c, d, ex.allow_config_change)))
+        except ValueError as e: bad.append(str(e))
+    if bad: raise ValueError("`resume` cannot go on:\n  " + '\n  '.join(bad))
+    return plan
+
 # %% ../nbs/10b_experiment.ipynb #7fe1d580
 def run_experiment(ex:ExperimentConfig, cfg:TrainConfig, progress:bool=True) -> dict:
-    "SFT (once) and every (variant, seed) run; returns {run name: metric rows}."
+    "SFT (once) and every (variant, seed) run, complete runs left alone; {run name: metric rows}."
     from transformers.utils import logging as hf_logging
     hf_logging.disable_progress_bar()  # transformers' 'Loading weights' bars would drown ours
+    plan = experiment_plan(ex, cfg)  # refuses what it cannot do before any work
+    if ex.resume: print('\n'.join(f"resume {p['message']}" for *_, p in plan), flush=True)
     out = Path(ex.out); out.mkdir(parents=True, exist_ok=True)
-    (out / 'config.json').write_text(json.dumps(dict(experiment=asdict(ex), train=asdict(cfg)), indent=1, default=str))
+    if ex.allow_config_change or not (ex.resume and (out / 'config.json').exists()):
+        saved = dict(experiment=asdict(ex), train=asdict(cfg))
+        (out / 'config.json').write_text(json.dumps(saved, indent=1, default=str))
     init, train, held, reward_fn = prepare_start(ex, cfg.eval_prompts, progress)
     held = held[:cfg.eval_prompts]
     se_path = out / 'start_eval.json'
-    if ex.resume and se_path.exists(): start_eval = json.loads(se_path.read_text())
+    if ex.resume and se_path.exists():
+        start_eval = read_json(se_path, "delete it, and `resume` evaluates the start again")
     else:
         model, tok = load_policy(init, ex.device, ex.dtype)
         start_eval = evaluate(model, tok, held, reward_fn, cfg.eval_samples, cfg.temperature, cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len, strategy_fn=_strategy_fn(ex))
         se_path.write_text(json.dumps(start_eval))
-    jobs = [(replace(cfg, reweight=rw, seed=s), out / 'runs' / f"{variant_name(cfg.method, rw, cfg.allocation)}-s{s}") for rw in ex.reweights for s in ex.seeds]
+    jobs = [(c, d) for c, d, p in plan if p['status'] != 'complete']
     if ex.workers <= 1:
-        for c, d in jobs: train_run(c, d, init, train, held, reward_fn, ex.device, ex.dtype, ex.gradient_checkpointing, ex.resume, progress, start_eval, _strategy_fn(ex))
-    else: _run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress)
-    return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d in jobs}
+        for c, d in jobs: train_run(c, d, init, train, held, reward_fn, ex.device, ex.dtype,
+                                    ex.gradient_checkpointing, ex.resume, progress, start_eval,
+                                    _strategy_fn(ex), ex.allow_config_change)
+    elif jobs: _run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress)
+    return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d, _ in plan}
 
 def _run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress):
     "Run the jobs in `ex.workers` spawned processes; one progress bar over all their steps."
-    done_steps = sum((load_trainer_state(d) or {}).get('step', 0) for _, d in jobs) if ex.resume else 0
+    steps = lambda d: (load_trainer_state(d, mmap=True) or {}).get('step', 0)
+    done_steps = sum(steps(d) for _, d in jobs) if ex.resume else 0
     run_pool([(c, d, init, train, held, reward_fn, ex, start_eval) for c, d in jobs], ex.workers, sum(c.steps for c, _ in jobs),
              f"RL: {len(jobs)} runs on {ex.workers} workers", done_steps, progress)
 

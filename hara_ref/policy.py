@@ -4,16 +4,16 @@
 
 # %% ../nbs/10_policy.ipynb #e506f3d9
 from __future__ import annotations
-import inspect, json, os, random, shutil, subprocess, sys
+import inspect, json, os, random, shutil, subprocess, sys, warnings
 from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 # %% auto #0
-__all__ = ['TASK_CHARS', 'SPECIAL_TOKENS', 'DTYPES', 'char_tokenizer', 'tiny_qwen3', 'save_policy', 'load_policy', 'pad_id',
-           'encode_prompts', 'sample', 'token_stats', 'policy_forward', 'peak_rss_mib', 'append_jsonl', 'read_jsonl',
-           'save_checkpoint', 'load_trainer_state']
+__all__ = ['TASK_CHARS', 'SPECIAL_TOKENS', 'DTYPES', 'char_tokenizer', 'tiny_qwen3', 'save_policy', 'checkpoint_problem',
+           'load_policy', 'pad_id', 'encode_prompts', 'sample', 'token_stats', 'policy_forward', 'peak_rss_mib',
+           'append_jsonl', 'read_jsonl', 'read_json', 'save_checkpoint', 'load_trainer_state']
 
 # %% ../nbs/10_policy.ipynb #52343718
 TASK_CHARS = "0123456789+-*/=;:,.()[]{}\\ \n?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -66,15 +66,35 @@ def save_policy(model, tokenizer, path): # folder to (re)write
     model.save_pretrained(tmp); tokenizer.save_pretrained(tmp)
     _replace_dir(tmp, path)
 
+def checkpoint_problem(path) -> str|None:
+    "Why the `save_pretrained` folder `path` cannot be loaded (the file and the reason), or None."
+    from safetensors import safe_open
+    path = Path(path)
+    if not (path / 'config.json').exists(): return f"{path / 'config.json'} is missing"
+    for f in sorted(path.iterdir()):
+        try:
+            if f.suffix == '.json': json.loads(f.read_text(encoding='utf-8'))
+            elif f.suffix == '.safetensors':
+                with safe_open(str(f), 'pt'): pass  # reads the header, checks it covers the file
+        except Exception as e: return f"{f} is damaged ({type(e).__name__}: {e})"
+    return None
+
 def load_policy(path, device='cpu', dtype:str='fp32'):
     "Load a local causal LM and its tokenizer (`AutoModelForCausalLM`, `AutoTokenizer`, offline)."
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = Path(path)
     if not path.exists() and path.with_name(path.name + '.old').exists(): path = path.with_name(path.name + '.old')
     if not (path / 'config.json').exists(): raise FileNotFoundError(f"no model checkpoint (config.json) in {str(path)!r}")
-    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    try: model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=DTYPES[dtype])
-    except TypeError: model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, torch_dtype=DTYPES[dtype])
+    if bad := checkpoint_problem(path):
+        raise ValueError(f"cannot load the checkpoint in {path}: {bad}")
+    kw = dict(local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+        try: model = AutoModelForCausalLM.from_pretrained(path, **kw, dtype=DTYPES[dtype])
+        except TypeError:  # transformers < 4.56
+            model = AutoModelForCausalLM.from_pretrained(path, **kw, torch_dtype=DTYPES[dtype])
+    except Exception as e:
+        raise ValueError(f"cannot load the checkpoint in {path}: {type(e).__name__}: {e}") from e
     return model.to(device), tokenizer
 
 # %% ../nbs/10_policy.ipynb #4be7bda0
@@ -206,14 +226,31 @@ def append_jsonl(path, row:dict):
         f.write(json.dumps(row) + '\n'); f.flush(); os.fsync(f.fileno())
 
 def read_jsonl(path) -> list:
-    "The complete JSON lines of a file (a torn last line, from a kill mid-write, is skipped)."
-    if not Path(path).exists(): return []
-    rows = []
-    for line in Path(path).read_text().splitlines():
-        try: rows.append(json.loads(line))
-        except json.JSONDecodeError: pass
+    "The JSON objects of a metrics file ([] if none); a torn last line is skipped with a warning."
+    path = Path(path)
+    if not path.exists(): return []
+    lines, rows = path.read_text(encoding='utf-8-sig').split('\n'), []  # '' after a whole line
+    for k, line in enumerate(lines, 1):
+        if not line.strip(): continue
+        try: row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if k == len(lines):  # no newline after it: a write cut short; a resume redoes it
+                warnings.warn(f"{path}:{k}: torn last line skipped (a write cut short)")
+                continue
+            raise ValueError(f"{path}:{k}: not valid JSON ({e.msg}, column {e.colno}); the file "
+                             "is damaged: restore it, or move its run folder aside") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{k}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
     return rows
 
+def read_json(path, fix:str) -> object:
+    "A JSON file; a damaged one raises ValueError naming the file, the fault and `fix`."
+    try: return json.loads(Path(path).read_text(encoding='utf-8-sig'))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged ({e}): {fix}") from None
+
+# %% ../nbs/10_policy.ipynb #5634d1b3
 def save_checkpoint(run_dir, model, tokenizer, opt, step:int, generator, rng:random.Random, memory:dict|None=None):
     "Model, tokenizer and trainer state (step, optimizer, random generators) into `run_dir/ckpt`, atomically."
     run_dir = Path(run_dir); tmp = run_dir / 'ckpt.tmp'
@@ -222,8 +259,11 @@ def save_checkpoint(run_dir, model, tokenizer, opt, step:int, generator, rng:ran
     torch.save(dict(step=step, opt=opt.state_dict(), gen=generator.get_state(), rng=rng.getstate(), memory=memory or {}), tmp / 'trainer.pt')
     _replace_dir(tmp, run_dir / 'ckpt')
 
-def load_trainer_state(run_dir) -> dict|None:
-    "The trainer state of the last complete checkpoint of a run, or None."
+def load_trainer_state(run_dir, mmap:bool=False) -> dict|None:
+    "The trainer state of a run's last complete checkpoint, or None; names a damaged file."
     for d in (Path(run_dir) / 'ckpt', Path(run_dir) / 'ckpt.old'):
-        if (d / 'trainer.pt').exists(): return torch.load(d / 'trainer.pt', weights_only=False) | dict(path=d)
+        if not (d / 'trainer.pt').exists(): continue
+        try: return torch.load(d / 'trainer.pt', weights_only=False, mmap=mmap) | dict(path=d)
+        except Exception as e:
+            raise ValueError(f"{d / 'trainer.pt'} is damaged ({type(e).__name__}: {e})") from None
     return None

@@ -5,7 +5,7 @@
 # %% ../nbs/10a_rl.ipynb #ace8bec9
 from __future__ import annotations
 import json, os, random, shutil, time
-from dataclasses import dataclass
+from dataclasses import dataclass, asdict
 from functools import partial
 from pathlib import Path
 import torch
@@ -14,12 +14,13 @@ from .countdown import _sum_demo
 from .rlvr import extract_boxed, mean_accuracy, mean_pass_at_k
 from .grpo import ppo_clip_loss, masked_mean, dynamic_sampling_mask, overlong_penalty
 from .policy import (_replace_dir, load_policy, save_policy, encode_prompts, pad_id, sample, policy_forward,
-                             append_jsonl, read_jsonl, save_checkpoint, load_trainer_state)
+                             append_jsonl, read_jsonl, read_json, save_checkpoint,
+                             load_trainer_state, checkpoint_problem)
 
 # %% auto #0
 __all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'REWEIGHTS', 'ALLOCATIONS', 'LOSS_AGG', 'builtin_items', 'load_jsonl', 'sft_batch',
            'sft', 'rewards_of', 'distinct_strategies', 'evaluate', 'TrainConfig', 'train_config_errors', 'needs_hidden',
-           'credit_advantages', 'rl_step', 'ppo_update', 'train_run']
+           'credit_advantages', 'rl_step', 'ppo_update', 'config_changes', 'resume_point', 'train_run']
 
 # %% ../nbs/10a_rl.ipynb #779adce1
 MATH_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\n"
@@ -33,17 +34,45 @@ def builtin_items(n:int, split:str='train', seed:int=0, n_terms:int=3, max_value
     if distinct: probs = list({p.prompt: p for p in probs}.values())[:n]
     return [dict(prompt=p.prompt, answer=p.answer, problem=p) for p in probs]
 
+def _problem_of(row:dict, where:str) -> str:
+    "The `problem` field of a data line: a non-empty string."
+    p = row.get('problem')
+    if p is None: raise ValueError(f"{where}: field 'problem' is missing (or null)")
+    if not isinstance(p, str) or not p.strip():
+        raise ValueError(f"{where}: field 'problem' must be a non-empty string, got {p!r}")
+    return p
+
+def _answer_of(row:dict, where:str) -> str:
+    "The `answer` of a data line (a string or a number, 0 too), else the box of its `solution`."
+    a, sol = row.get('answer'), row.get('solution')
+    no = f"{where}: field 'answer' is missing (or null)"
+    if a is not None:
+        if isinstance(a, bool) or not isinstance(a, (str, int, float)) or not str(a).strip():
+            raise ValueError(f"{where}: field 'answer' must be a non-empty string or a number, "
+                             f"got {a!r}")
+        return str(a)
+    if sol is None: raise ValueError(f"{no} and there is no 'solution' to take it from")
+    boxed = extract_boxed(sol)
+    if not boxed or not boxed.strip():
+        raise ValueError(f"{no} and field 'solution' has no \\boxed{{...}} answer")
+    return boxed
+
 def load_jsonl(path, template:str=MATH_TEMPLATE) -> list:
-    "MATH-style JSON lines (`problem` + `answer` or `solution` with a `\\boxed{}`) as `{'prompt', 'answer'}` dicts."
+    "MATH-style JSON lines (`problem`; `answer`, or a `solution`'s box) as prompt-answer dicts."
     path = Path(path)
     if not path.is_file(): raise FileNotFoundError(f"data file {str(path)!r} does not exist")
     items = []
-    for k, line in enumerate(path.read_text().splitlines(), 1):
+    for k, line in enumerate(path.read_text(encoding='utf-8-sig').splitlines(), 1):  # drops a BOM
         if not line.strip(): continue
-        row = json.loads(line)
-        ans = row.get('answer') or (extract_boxed(row['solution']) if row.get('solution') else None)
-        if 'problem' not in row or ans is None: raise ValueError(f"{path}:{k}: need 'problem' and 'answer' (or a 'solution' with \\boxed{{}})")
-        items.append(dict(prompt=template.format(problem=row['problem']), answer=str(ans)))
+        where = f"{path}:{k}"
+        try: row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{where}: expected a JSON object with 'problem' and 'answer', "
+                             f"got {type(row).__name__}")
+        problem, answer = _problem_of(row, where), _answer_of(row, where)
+        items.append(dict(prompt=template.format(problem=problem), answer=answer))
     if not items: raise ValueError(f"data file {str(path)!r} is empty")
     return items
 
@@ -253,6 +282,55 @@ def ppo_update(model, opt, pi, pm, ri, rm, old_logp, A, keep, cfg:TrainConfig, g
     keys = ('clip_frac', 'clip_frac_high', 'clip_frac_low', 'approx_kl', 'grad_norm', 'zero_grad_frac')
     return {k: sum(s[k] for s in stats) / len(stats) if stats else 0. for k in keys} | dict(n_updates=len(stats), kept_frac=keep.float().mean().item())
 
+# %% ../nbs/10a_rl.ipynb #7d462dc0
+def config_changes(saved:dict, now:dict, ignore:tuple=()) -> list:
+    "'`field` saved -> now' for each field (as JSON) whose value changed, but those in `ignore`."
+    now = json.loads(json.dumps(now, default=str))
+    same = lambda k, v: k not in now or k in ignore or v == now[k]
+    return [f"`{k}` {v!r} -> {now[k]!r}" for k, v in saved.items() if not same(k, v)]
+
+def _stop(run_dir:Path, why:str):
+    "The error of a run that cannot go on: why, and what to do."
+    return ValueError(f"{why}: move {run_dir} aside, and a resume trains it again from step 0")
+
+def _found(run_dir:Path, cfg:TrainConfig, done:int, state:dict|None) -> dict:
+    "A run to continue from its checkpoint (none: from step 0)."
+    k = state['step'] if state else 0
+    again = '' if done == k else f" (step {done} again)" if done == k + 1 else \
+            f" (steps {k + 1}..{done} again)"
+    ck = f"checkpoint of step {k}" if state else "no checkpoint yet"
+    msg = f"{done} of {cfg.steps} steps in metrics.jsonl, {ck}: continues from step {k}{again}"
+    return dict(status='continue', step=k, message=f"{run_dir.name}: {msg}")
+
+# %% ../nbs/10a_rl.ipynb #57f43f70
+def resume_point(cfg:TrainConfig, run_dir, allow_config_change:bool=False) -> dict:
+    "What a resume does in `run_dir`: `status` (start|continue|complete), `step`, `rows`, `message`"
+    run_dir = Path(run_dir)
+    if (saved := run_dir / 'train_config.json').exists():
+        diff = config_changes(read_json(saved, f"restore it, or move {run_dir} aside"), asdict(cfg))
+        if diff and not allow_config_change: raise ValueError(
+            f"{run_dir} was trained with other settings ({'; '.join(diff)}): resume with the saved "
+            "values, or allow the change with `allow_config_change`")
+    rows = read_jsonl(run_dir / 'metrics.jsonl')
+    done = max((r['step'] for r in rows if r['kind'] == 'train'), default=0)  # last step done
+    if any(r['kind'] == 'eval' and r['step'] == cfg.steps for r in rows) and done <= cfg.steps:
+        note = '' if (run_dir / 'final' / 'config.json').exists() else ' (final/ is missing)'
+        msg = f"complete, {done} of {cfg.steps} steps and the final evaluation in metrics.jsonl"
+        msg = f"{run_dir.name}: {msg}{note}: left as is"
+        return dict(status='complete', step=cfg.steps, rows=rows, message=msg)
+    try: state = load_trainer_state(run_dir, mmap=True)
+    except ValueError as e: raise _stop(run_dir, str(e)) from None
+    if state and (bad := checkpoint_problem(state['path'])): raise _stop(run_dir, bad)
+    k = state['step'] if state else 0
+    due = min(cfg.save_every * (k // cfg.save_every + 1), cfg.steps)  # first checkpoint due after k
+    last = f"the last checkpoint is of step {k}" if state else "there is no checkpoint"
+    if done > due: raise _stop(run_dir, f"{run_dir}: metrics.jsonl reaches step {done}, but {last} "
+                                        f"(the one of step {due} is missing)")
+    if done < k: raise _stop(run_dir, f"{run_dir}: checkpoint of step {k}, metrics up to {done}")
+    if not rows and not state:
+        return dict(status='start', step=0, rows=[], message=f"{run_dir.name}: nothing yet: starts")
+    return _found(run_dir, cfg, done, state) | dict(rows=[r for r in rows if r['step'] <= k])
+
 # %% ../nbs/10a_rl.ipynb #904a2dff
 def _tqdm(**kw):
     from tqdm.auto import tqdm
@@ -263,11 +341,19 @@ def train_run(cfg:TrainConfig, run_dir, init_path, train_items:list, eval_items:
               progress:bool|object=True, # True: own tqdm bar; a callable(n): report finished steps to it; False: quiet
               start_eval:dict|None=None, # evaluation of the start policy (step 0), if already known
               strategy_fn=None, # the task's strategy(text, answer), for distinct strategies at evaluation
+              allow_config_change:bool=False, # with `resume`: go on with a `cfg` unlike the saved
              ) -> list:
     "One seeded RLVR run from the checkpoint at `init_path`; writes metrics, checkpoints and `final/` to `run_dir`."
-    run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True)
-    state = load_trainer_state(run_dir) if resume else None
-    if state is None and (run_dir / 'metrics.jsonl').exists(): (run_dir / 'metrics.jsonl').unlink()
+    run_dir = Path(run_dir)
+    if resume: at = resume_point(cfg, run_dir, allow_config_change)
+    elif (run_dir / 'metrics.jsonl').exists() or (run_dir / 'ckpt').exists():  # never written over
+        raise ValueError(f"{run_dir} already holds a run: resume it (`resume`), or use another one")
+    else: at = dict(status='start', step=0, rows=[])
+    if at['status'] == 'complete': return at['rows']
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / 'train_config.json').write_text(json.dumps(asdict(cfg), indent=1))
+    (run_dir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in at['rows']))
+    state = load_trainer_state(run_dir) if at['step'] else None
     model, tok = load_policy(state['path'] if state else init_path, device, dtype)
     if gradient_checkpointing: model.gradient_checkpointing_enable()
     ref = load_policy(init_path, device, dtype)[0].eval() if cfg.beta > 0 else None
@@ -275,14 +361,13 @@ def train_run(cfg:TrainConfig, run_dir, init_path, train_items:list, eval_items:
     gen, rng, step = torch.Generator(device=model.device).manual_seed(cfg.seed), random.Random(cfg.seed), 0
     if state:
         opt.load_state_dict(state['opt']); gen.set_state(state['gen']); rng.setstate(state['rng']); step = state['step']
-        rows = [r for r in read_jsonl(run_dir / 'metrics.jsonl') if r['step'] <= step and not (r['kind'] == 'eval' and r['step'] == step)]
-        (run_dir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
     memory = state.get('memory', {}) if state else {}  # state a method keeps across steps (HP-RLVR's reward history)
+    evaluated = {r['step'] for r in at['rows'] if r['kind'] == 'eval'}  # kept from before a resume
     import hara_ref.hara  # imported before the first step, so that its import time is not counted as HARA time
     tag = dict(method=cfg.method, reweight=cfg.reweight, seed=cfg.seed)
     bar = _tqdm(total=cfg.steps, initial=step, desc=f"{cfg.method}+{cfg.reweight} s{cfg.seed}", leave=False) if progress is True else None
     for s in range(step, cfg.steps + 1):
-        if s % cfg.eval_every == 0 or s == cfg.steps:
+        if (s % cfg.eval_every == 0 or s == cfg.steps) and s not in evaluated:
             ev = start_eval if (s == 0 and start_eval) else evaluate(model, tok, eval_items, reward_fn, cfg.eval_samples, cfg.temperature,
                                                                    cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len, strategy_fn=strategy_fn)
             append_jsonl(run_dir / 'metrics.jsonl', dict(kind='eval', step=s, **tag, **ev))

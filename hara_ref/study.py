@@ -4,15 +4,16 @@
 
 # %% ../nbs/17_study.ipynb #add88de6
 from __future__ import annotations
-import argparse, json, os, time
+import argparse, json, os, sys, time
 from dataclasses import dataclass, asdict, replace, field
 from pathlib import Path
-from .rl import TrainConfig, read_jsonl, evaluate, load_policy, _tqdm
+from .rl import TrainConfig, read_jsonl, evaluate, load_policy, resume_point, _tqdm
+from .policy import read_json
 from .experiment import ExperimentConfig, prepare_start, experiment_task, run_pool
 
 # %% auto #0
 __all__ = ['Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cells', 'run_dir', 'run_complete', 'prepare_task',
-           'run_study', 'study_cli']
+           'study_plan', 'run_study', 'study_cli']
 
 # %% ../nbs/17_study.ipynb #16535361
 @dataclass(frozen=True)
@@ -59,12 +60,15 @@ class StudyConfig:
     workers:int|None = None      # parallel runs (None: 2 on a CPU with >= 2 cores)
     threads:int|None = None      # torch threads per worker (None: cores / workers)
     only:tuple = ()              # run only the cells whose key contains one of these strings (empty: all)
+    allow_config_change:bool = False # go on with runs whose train_config.json differs from these
 
     def __post_init__(self):
         self.seeds, self.only = tuple(self.seeds), tuple(self.only)
         if self.quick and self.seeds == (0, 1, 2, 3, 4): self.seeds = (0, 1)
         if self.quick: self.steps, self.sft_steps, self.eval_prompts, self.eval_samples = min(self.steps, 12), min(self.sft_steps, 300), min(self.eval_prompts, 40), min(self.eval_samples, 8)
         if not self.seeds or self.steps < 1 or self.eval_samples < 1 or self.eval_every < 1: raise ValueError("need seeds, and steps, eval_samples, eval_every >= 1")
+        if dup := list(dict.fromkeys(s for s in self.seeds if self.seeds.count(s) > 1)):
+            raise ValueError(f"`seeds` lists {', '.join(map(str, dup))} more than once")
         cores = os.cpu_count() or 1
         self.workers = self.workers or min(2, cores); self.threads = self.threads or max(1, cores // self.workers)
 
@@ -97,30 +101,52 @@ def _cost(cell:Cell) -> int:
 
 def prepare_task(sc:StudyConfig, task:str, progress:bool=True) -> tuple:
     "The task's experiment config, start checkpoint (SFT once, reused on resume), items, reward and start evaluation."
-    ex = ExperimentConfig(out=str(Path(sc.out) / task), resume=True, task=task, sft_steps=sc.sft_steps, workers=sc.workers, threads=sc.threads)
+    ex = ExperimentConfig(out=str(Path(sc.out) / task), resume=True, task=task,
+                          sft_steps=sc.sft_steps, workers=sc.workers, threads=sc.threads,
+                          allow_config_change=sc.allow_config_change)
     init, train, held, reward_fn = prepare_start(ex, sc.eval_prompts, progress)
     se = Path(ex.out) / 'start_eval.json'
     if not se.exists():
         model, tok = load_policy(init)
         se.write_text(json.dumps(evaluate(model, tok, held[:sc.eval_prompts], reward_fn, sc.eval_samples, strategy_fn=experiment_task(ex).strategy)))
-    return ex, init, train, held[:sc.eval_prompts], reward_fn, json.loads(se.read_text())
+    return ex, init, train, held[:sc.eval_prompts], reward_fn, \
+        read_json(se, 'delete it, and the study evaluates the start policy again')
 
 # %% ../nbs/17_study.ipynb #416006ff
+def study_plan(sc:StudyConfig, cells:list, verbose:bool=True) -> list:
+    "(cell, TrainConfig, run folder, `resume_point`) of every run; ValueError before any work."
+    base, plan, bad = base_train_config(sc), [], []
+    for c in sorted(cells, key=_cost, reverse=True):
+        for s in sc.seeds:
+            cfg, d = replace(base, **dict(c.overrides), seed=s), run_dir(sc, c, s)
+            try: plan.append((c, cfg, d, resume_point(cfg, d, sc.allow_config_change)))
+            except ValueError as e: bad.append(str(e))
+    if bad: raise ValueError("the study cannot go on:\n  " + '\n  '.join(bad))
+    n = {k: sum(p['status'] == k for *_, p in plan) for k in ('complete', 'continue', 'start')}
+    if verbose and n['complete'] + n['continue']:
+        print(f"resume {sc.out}: {n['complete']} runs complete (left as they are), "
+              f"{n['continue']} to continue, {n['start']} to start")
+        going = [f"  {p['message']}\n" for *_, p in plan if p['status'] == 'continue']
+        print(''.join(going), end='', flush=True)
+    return plan
+
 def run_study(sc:StudyConfig, progress:bool=True) -> dict:
-    "Every run of every cell (skipping complete ones), in parallel; returns {cell key: [run folders]} and writes study.json."
+    "Every run of every cell (complete ones left alone), in parallel; writes study.json."
     import torch
     out, cells, t0 = Path(sc.out), study_cells(sc), time.time()
+    plan = study_plan(sc, cells)
     out.mkdir(parents=True, exist_ok=True); torch.set_num_threads(sc.workers * sc.threads)
     tasks = {t: prepare_task(sc, t, progress) for t in dict.fromkeys(c.task for c in cells)}
-    base, jobs = base_train_config(sc), []
-    for c in sorted(cells, key=_cost, reverse=True):
+    jobs = []
+    for c, cfg, d, p in plan:
         ex, init, train, held, rf, se = tasks[c.task]
-        for s in sc.seeds:
-            d = run_dir(sc, c, s)
-            if not run_complete(d, sc.steps): jobs.append((replace(base, **dict(c.overrides), seed=s), d, init, train, held, rf, ex, se))
-    run_pool(jobs, sc.workers, len(jobs) * sc.steps, f"study: {len(jobs)} runs on {sc.workers} workers", 0, progress and bool(jobs))
+        if p['status'] != 'complete': jobs.append((cfg, d, init, train, held, rf, ex, se))
+    done = sum(p['step'] for *_, p in plan if p['status'] != 'complete')
+    desc = f"study: {len(jobs)} runs on {sc.workers} workers"
+    run_pool(jobs, sc.workers, len(jobs) * sc.steps, desc, done, progress and bool(jobs))
     runs = {c.key: [str(run_dir(sc, c, s)) for s in sc.seeds] for c in cells}
-    meta = dict(config=asdict(sc), cells=[asdict(c) | dict(key=c.key) for c in cells], runs=runs, train=asdict(base),
+    meta = dict(config=asdict(sc), cells=[asdict(c) | dict(key=c.key) for c in cells], runs=runs,
+                train=asdict(base_train_config(sc)),
                 wall_s=time.time() - t0, ran=len(jobs), start_eval={t: v[-1] for t, v in tasks.items()})
     (out / 'study.json').write_text(json.dumps(meta, indent=1, default=str))
     return meta
@@ -130,8 +156,14 @@ def study_cli(argv:list|None=None) -> int:
     from hara_ref.cli import add_dataclass_flags, _seeds, _csv
     from hara_ref.report import write_report
     p = argparse.ArgumentParser(prog='hara-ref study', description=study_cli.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    sc = StudyConfig(**vars(add_dataclass_flags(p, StudyConfig, parse={'seeds': _seeds, 'only': _csv}).parse_args(argv)))
-    cells = study_cells(sc)
+    parse = {'seeds': _seeds, 'only': _csv}
+    args = add_dataclass_flags(p, StudyConfig, parse=parse).parse_args(argv)
+    try:
+        sc = StudyConfig(**vars(args)); cells = study_cells(sc)
+        study_plan(sc, cells, verbose=False)
+    except ValueError as e:  # refused before any work
+        msg = str(e).replace('`allow_config_change`', '--allow-config-change')
+        print(f"hara-ref study: error: {msg}", file=sys.stderr); return 2
     print(f"hara-ref study -> {sc.out}: {len(cells)} cells x {len(sc.seeds)} seeds, {sc.steps} steps, {sc.workers} workers x {sc.threads} threads", flush=True)
     meta = run_study(sc)
     print(write_report(sc.out)); print(f"\n{meta['ran']} runs in {meta['wall_s'] / 60:.1f} min; results in {sc.out}")

@@ -156,7 +156,8 @@ def test_train_cli_hp_rlvr_and_resume(tmp_path):
         assert train_cli(['--out', str(tmp_path), '--method', 'hp-rlvr', '--steps', '2'] + TINY) == 0
         run = tmp_path / 'runs' / 'hp-rlvr-s0'
         assert load_trainer_state(run)['memory']['hp_history']['count'] == 2 * 3  # the reward history is in the checkpoint
-        assert train_cli(['--out', str(tmp_path), '--method', 'hp-rlvr', '--steps', '3', '--resume'] + TINY) == 0
+        more = ['--steps', '3', '--resume', '--allow-config-change']  # one step more than planned
+        assert train_cli(['--out', str(tmp_path), '--method', 'hp-rlvr'] + more + TINY) == 0
     assert load_trainer_state(run)['memory']['hp_history']['count'] == 3 * 3  # resumed with its history, one more step
     rows = [r for r in read_jsonl(run / 'metrics.jsonl') if r['kind'] == 'train']
     assert [r['step'] for r in rows] == [1, 2, 3]

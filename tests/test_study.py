@@ -59,7 +59,10 @@ def test_quick_study_end_to_end_and_resume(tmp_path, capsys):
     one = res['runs']['countdown/hara-tok']['0']
     assert len(one['passk_curve']) == 4 and one['curve']['step'] == [0, 1, 2] and one['strategies'] is not None
     assert (out / 'curves_countdown.png').stat().st_size > 1000 and 'Δ pass@1' in (out / 'tables.md').read_text()
-    assert main(args) == 0 and '0 runs in' in capsys.readouterr().out
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert '0 runs in' in printed
+    assert '4 runs complete (left as they are), 0 to continue, 0 to start' in printed
 
 
 def test_committed_full_study_reports_every_run():
@@ -76,3 +79,28 @@ def test_committed_full_study_reports_every_run():
         assert t in md, t
     for f in ('curves_countdown.png', 'curves_sum.png', 'alpha.png'):
         assert (root / f).stat().st_size > 10_000
+
+
+def test_duplicate_seeds_refused():
+    with pytest.raises(ValueError, match='`seeds` lists 1 more than once'):
+        StudyConfig(seeds=(0, 1, 1))
+
+
+def test_study_refuses_a_run_it_cannot_continue_before_any_work(tmp_path, capsys):
+    "A run trained with other settings stops the study before any work: its folder, its fields."
+    from dataclasses import asdict
+    from hara_ref.cli import main
+    from hara_ref.study import base_train_config
+    out = tmp_path / 'study'
+    args = ['study', '--quick', '--out', str(out), '--steps', '2', '--eval-every', '1',
+            '--sft-steps', '10', '--seeds', '1', '--eval-prompts', '4', '--eval-samples', '4',
+            '--workers', '1', '--threads', '1']
+    sc = StudyConfig(out=str(out), quick=True, steps=2, eval_every=1, sft_steps=10, seeds=(0,),
+                     eval_prompts=4, eval_samples=4)
+    d = out / 'countdown' / 'runs' / 'grpo-s0'; d.mkdir(parents=True)
+    saved = asdict(base_train_config(sc)) | dict(lr=1.0, seed=0)
+    (d / 'train_config.json').write_text(json.dumps(saved))
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert str(d) in err and '`lr` 1.0 -> 3e-05' in err and '--allow-config-change' in err, err
+    assert not (out / 'countdown' / 'sft').exists()  # refused before any work

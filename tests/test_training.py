@@ -73,7 +73,7 @@ def _even_length_reward(text, answer):
     return float(len(text) % 2 == 0)
 
 
-def _tiny_run(tmp_path, tok, steps, resume=False, reweight='hara-tok', name='run'):
+def _tiny_run(tmp_path, tok, steps, resume=False, reweight='hara-tok', name='run', allow=False):
     init = tmp_path / 'init'
     if not init.exists(): save_policy(tiny_qwen3(tok, hidden_size=32, seed=0), tok, init)
     items = builtin_items(16, 'train', max_value=9)
@@ -81,14 +81,15 @@ def _tiny_run(tmp_path, tok, steps, resume=False, reweight='hara-tok', name='run
                       eval_prompts=4, eval_samples=2, lr=1e-3, seed=7)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        return train_run(cfg, tmp_path / name, init, items, items[:4], _even_length_reward, resume=resume, progress=False)
+        return train_run(cfg, tmp_path / name, init, items, items[:4], _even_length_reward,
+                         resume=resume, progress=False, allow_config_change=allow)
 
 
 def test_resume_matches_uninterrupted_run(tok, tmp_path):
     full = _tiny_run(tmp_path, tok, 4, name='full')
     half = _tiny_run(tmp_path, tok, 2, name='split')
     assert load_trainer_state(tmp_path / 'split')['step'] == 2
-    resumed = _tiny_run(tmp_path, tok, 4, resume=True, name='split')
+    resumed = _tiny_run(tmp_path, tok, 4, resume=True, name='split', allow=True)  # 2 steps more
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith('t_')} for r in rows]
     assert strip(full) == strip(resumed)
     assert [r['kind'] for r in full] == ['eval', 'train', 'train', 'eval', 'train', 'train', 'eval']
@@ -106,7 +107,7 @@ def test_killed_run_loses_at_most_a_step(tok, tmp_path):
     assert st['step'] == 3 and st['path'].name == 'ckpt.old'
     rows = read_jsonl(d / 'metrics.jsonl')
     assert [r['step'] for r in rows if r['kind'] == 'train'] == [1, 2, 3]
-    rows = _tiny_run(tmp_path, tok, 4, resume=True, reweight='none', name='k')
+    rows = _tiny_run(tmp_path, tok, 4, resume=True, reweight='none', name='k', allow=True)
     assert [r['step'] for r in rows if r['kind'] == 'train'] == [1, 2, 3, 4]
 
 
@@ -122,14 +123,20 @@ def test_seeded_runs_reproducible(tok, tmp_path):
     (['--reweight', 'hara-tok,nope'], 'unknown --reweight'),
     (['--group-size', '1'], '--group-size must be >= 2'),
     (['--model', '/no/such/model'], 'no checkpoint'),
-    (['--data', 'EMPTY'], 'is empty'),
-    (['--data', '/no/such/file.jsonl'], 'does not exist'),
+    (['--model', 'MODEL', '--data', 'EMPTY'], 'is empty'),
+    (['--model', 'MODEL', '--data', '/no/such/file.jsonl'], 'does not exist'),
     (['--resume'], '--resume needs --out'),
     (['--seeds', 'a,b'], '--seeds'),
+    (['--data', 'DATA'], '--data needs --model, a local checkpoint'),  # nothing to learn
+    (['--allow-config-change'], '--allow-config-change only applies with --resume'),
 ])
 def test_bad_config_fails_before_any_work(tmp_path, capsys, argv, msg):
     (tmp_path / 'empty.jsonl').write_text('\n\n')
-    argv = [str(tmp_path / 'empty.jsonl') if a == 'EMPTY' else a for a in argv]
+    (tmp_path / 'data.jsonl').write_text('{"problem": "1+1?", "answer": 2}\n')
+    ctok = char_tokenizer()
+    if 'MODEL' in argv: save_policy(tiny_qwen3(ctok, hidden_size=32), ctok, tmp_path / 'm')
+    paths = dict(EMPTY=tmp_path / 'empty.jsonl', DATA=tmp_path / 'data.jsonl', MODEL=tmp_path / 'm')
+    argv = [str(paths[a]) if a in paths else a for a in argv]
     out = tmp_path / 'out'
     assert train_cli(argv + (['--out', str(out)] if '--resume' not in argv else [])) == 2
     assert msg in capsys.readouterr().err
@@ -186,3 +193,126 @@ def test_train_flags_come_from_the_configs():
     for flag in ('--gradient-checkpointing', '--L-b', '-G', '--engine', '--first-wave', '--sft-shuffle', '--overlong-cache'):
         assert flag in p._option_string_actions, flag
     assert train_cli(['--dtype', 'fp8']) == 2
+
+
+# Data files: read right, or refused with file, line and field.
+
+def _data(tmp_path, *lines, bom=False):
+    f = tmp_path / 'data.jsonl'
+    f.write_bytes((b'\xef\xbb\xbf' if bom else b'') + ''.join(l + '\n' for l in lines).encode())
+    return f
+
+
+def test_load_jsonl_answer_zero_is_an_answer(tmp_path):
+    from hara_ref.rl import load_jsonl
+    f = _data(tmp_path, '{"problem": "1-1?", "answer": 0, "solution": "\\\\boxed{7}"}',
+              '{"problem": "2-2?", "answer": "0"}')
+    assert [it['answer'] for it in load_jsonl(f)] == ['0', '0']
+
+
+def test_load_jsonl_reads_a_byte_order_mark(tmp_path):
+    from hara_ref.rl import load_jsonl
+    f = _data(tmp_path, '{"problem": "1+1?", "answer": 2}', bom=True)
+    assert load_jsonl(f)[0]['answer'] == '2'
+
+
+NO_ANSWER = "data.jsonl:2: field 'answer' is missing (or null)"
+
+@pytest.mark.parametrize('line, msg', [
+    ('{"problem": null, "answer": "1"}', "data.jsonl:2: field 'problem' is missing"),
+    ('{"answer": "1"}', "data.jsonl:2: field 'problem' is missing"),
+    ('{"problem": 12, "answer": "1"}', "data.jsonl:2: field 'problem' must be a non-empty string"),
+    ('{"problem": "", "answer": "1"}', "data.jsonl:2: field 'problem' must be a non-empty string"),
+    ('{"problem": "x", "answer": null}', f"{NO_ANSWER} and there is no 'solution'"),
+    ('{"problem": "x", "solution": "no box here"}', f"{NO_ANSWER} and field 'solution' has no"),
+    ('{"problem": "x", "answer": ""}', "data.jsonl:2: field 'answer' must be a non-empty string"),
+    ('{"problem": "x", "answer": "1"', "data.jsonl:2: not valid JSON"),
+    ('["x", "1"]', "data.jsonl:2: expected a JSON object"),
+    ('"x"', "data.jsonl:2: expected a JSON object"),
+])
+def test_load_jsonl_refuses_bad_lines_with_file_line_field(tmp_path, line, msg):
+    from hara_ref.rl import load_jsonl
+    with pytest.raises(ValueError) as e:
+        load_jsonl(_data(tmp_path, '{"problem": "ok", "answer": "1"}', line))
+    assert msg in str(e.value) and str(tmp_path) in str(e.value)
+
+
+def test_read_jsonl_warns_on_a_torn_last_line_and_refuses_a_damaged_one(tmp_path):
+    f = tmp_path / 'metrics.jsonl'
+    f.write_text('{"kind": "train", "step": 1}\n{"kind": "train", "st')
+    with pytest.warns(UserWarning, match=r"metrics.jsonl:2: torn last line"):
+        assert [r['step'] for r in read_jsonl(f)] == [1]
+    f.write_text('{"kind": "train", "step": 1}\n{"kind": "tr\n{"kind": "train", "step": 3}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not valid JSON"): read_jsonl(f)
+
+
+# Run folders: results are never deleted; resume says what it found, refuses what it cannot do.
+
+def _run(tmp_path, tok, name, resume=False, allow=False, **kw):
+    init = tmp_path / 'init'
+    if not init.exists(): save_policy(tiny_qwen3(tok, hidden_size=32, seed=0), tok, init)
+    items = builtin_items(16, 'train', max_value=9)
+    kw = dict(steps=2, group_size=2, prompts_per_step=2, max_new_tokens=6, eval_every=1,
+              eval_prompts=2, eval_samples=2, lr=1e-3, seed=3) | kw
+    extra = dict(allow_config_change=True) if allow else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        return train_run(TrainConfig(**kw), tmp_path / name, init, items, items[:2],
+                         _even_length_reward, resume=resume, progress=False, **extra)
+
+
+def _keep(d, keep):
+    "Keep the rows of a run's metrics.jsonl that `keep` accepts (a kill earlier); its bytes."
+    rows = [r for r in read_jsonl(d / 'metrics.jsonl') if keep(r)]
+    (d / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    return (d / 'metrics.jsonl').read_bytes()
+
+
+def test_resume_leaves_a_finished_run_without_checkpoint_alone(tok, tmp_path):
+    import shutil
+    _run(tmp_path, tok, 'r')
+    d = tmp_path / 'r'; shutil.rmtree(d / 'ckpt'); before = (d / 'metrics.jsonl').read_bytes()
+    rows = _run(tmp_path, tok, 'r', resume=True)
+    assert (d / 'metrics.jsonl').read_bytes() == before  # nothing deleted ...
+    assert not (d / 'ckpt').exists()  # ... nothing retrained
+    assert [r['step'] for r in rows if r['kind'] == 'train'] == [1, 2]
+
+
+def test_fresh_run_refuses_a_folder_with_results(tok, tmp_path):
+    _run(tmp_path, tok, 'r')
+    before = (tmp_path / 'r' / 'metrics.jsonl').read_bytes()
+    with pytest.raises(ValueError, match='already holds a run'): _run(tmp_path, tok, 'r')
+    assert (tmp_path / 'r' / 'metrics.jsonl').read_bytes() == before
+
+
+def test_resume_refuses_metrics_past_a_missing_checkpoint(tok, tmp_path):
+    import shutil
+    _run(tmp_path, tok, 'r', steps=3)
+    d = tmp_path / 'r'; shutil.rmtree(d / 'ckpt')
+    before = _keep(d, lambda r: r['step'] <= 2)  # killed before step 3: no final evaluation
+    msg = r"reaches step 2, but there is no checkpoint \(the one of step 1 is missing\)"
+    with pytest.raises(ValueError, match=msg): _run(tmp_path, tok, 'r', steps=3, resume=True)
+    assert (d / 'metrics.jsonl').read_bytes() == before
+
+
+def test_resume_refuses_changed_settings_unless_allowed(tok, tmp_path):
+    _run(tmp_path, tok, 'r')
+    saved = (tmp_path / 'r' / 'train_config.json').read_text()
+    with pytest.raises(ValueError, match=r"`lr` 0.001 -> 0.002; `ppo_epochs` 2 -> 1"):
+        _run(tmp_path, tok, 'r', resume=True, lr=2e-3, ppo_epochs=1)
+    assert (tmp_path / 'r' / 'train_config.json').read_text() == saved
+    rows = _run(tmp_path, tok, 'r', resume=True, allow=True, steps=3)  # asked for: one more step
+    assert [r['step'] for r in rows if r['kind'] == 'train'] == [1, 2, 3]
+    assert json.loads((tmp_path / 'r' / 'train_config.json').read_text())['steps'] == 3
+
+
+@pytest.mark.parametrize('name', ['trainer.pt', 'model.safetensors', 'tokenizer.json',
+                                  'config.json'])
+def test_resume_names_a_damaged_checkpoint_file(tok, tmp_path, name):
+    _run(tmp_path, tok, 'r')
+    d = tmp_path / 'r'
+    _keep(d, lambda r: not (r['kind'] == 'eval' and r['step'] == 2))  # killed before the last eval
+    f = d / 'ckpt' / name
+    f.write_bytes(f.read_bytes()[:len(f.read_bytes()) // 2])  # a copy cut short
+    with pytest.raises(ValueError) as e: _run(tmp_path, tok, 'r', resume=True)
+    assert f"{f} is damaged" in str(e.value) and f"move {d} aside" in str(e.value), str(e.value)

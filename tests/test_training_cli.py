@@ -70,7 +70,88 @@ def test_builtin_default_path_two_workers(tmp_path):
     _check_run_folder(out, names)
     assert (out / 'sft' / 'config.json').exists()
     before = {n: read_jsonl(out / 'runs' / n / 'metrics.jsonl') for n in names}
-    assert train_cli(argv + ['--resume']) == 0  # finished runs: resume re-evaluates only, nothing changes
+    assert train_cli(argv + ['--resume']) == 0  # finished runs: left as they are
     after = {n: read_jsonl(out / 'runs' / n / 'metrics.jsonl') for n in names}
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith('t_')} for r in rows]
     assert all(strip(before[n]) == strip(after[n]) for n in names)
+
+
+@pytest.mark.parametrize('flags, msg', [(['--seeds', '0,0'], '--seeds lists 0 more than once'),
+                                        (['--reweight', 'none,none'], '--reweight lists none')])
+def test_duplicate_seeds_or_variants_refused_before_any_work(ckpt_and_data, tmp_path, capsys, flags,
+                                                             msg):
+    ckpt, data = ckpt_and_data
+    out = tmp_path / 'run'
+    argv = ['--model', str(ckpt), '--data', str(data), '--out', str(out)] + TINY + flags
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        rc = train_cli(argv + ['--workers', '2'])
+    assert rc == 2 and msg in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.fixture()
+def finished(ckpt_and_data, tmp_path):
+    "A finished one-run experiment (a local checkpoint, MATH-style data) and its flags."
+    ckpt, data = ckpt_and_data
+    out = tmp_path / 'run'
+    argv = ['--model', str(ckpt), '--data', str(data), '--out', str(out), '--reweight', 'none']
+    argv += TINY
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        assert train_cli(argv) == 0
+    return out, argv
+
+
+def _snapshot(out):
+    files = [p for p in sorted(out.rglob('*')) if p.is_file() and p.suffix in ('.json', '.jsonl')]
+    return {p.relative_to(out): p.read_bytes() for p in files}
+
+
+def test_fresh_run_into_a_folder_with_results_refused(finished, capsys):
+    out, argv = finished
+    before = _snapshot(out)
+    assert train_cli(argv) == 2
+    assert 'already holds an experiment' in capsys.readouterr().err and _snapshot(out) == before
+
+
+def test_resume_with_changed_flags_refused_unless_allowed(finished, capsys):
+    out, argv = finished
+    before = _snapshot(out); capsys.readouterr()
+    assert train_cli(argv + ['--resume', '--lr', '1e-4', '--eval-samples', '3']) == 2
+    err = capsys.readouterr().err
+    assert '--eval-samples 2 -> 3' in err and '--lr 3e-05 -> 0.0001' in err
+    assert '--allow-config-change' in err
+    assert _snapshot(out) == before  # config.json not rewritten, nothing run
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        assert train_cli(argv + ['--resume', '--steps', '3', '--allow-config-change']) == 0
+    said = 'grpo-s0: 2 of 3 steps in metrics.jsonl, checkpoint of step 2: continues from step 2'
+    assert said in capsys.readouterr().out
+    assert json.loads((out / 'config.json').read_text())['train']['steps'] == 3
+    rows = read_jsonl(out / 'runs' / 'grpo-s0' / 'metrics.jsonl')
+    assert [r['step'] for r in rows if r['kind'] == 'train'] == [1, 2, 3]
+
+
+def test_resume_of_finished_run_without_checkpoint_reports_it_complete(finished, capsys):
+    import shutil
+    out, argv = finished
+    run = out / 'runs' / 'grpo-s0'
+    shutil.rmtree(run / 'ckpt'); before = (run / 'metrics.jsonl').read_bytes()
+    capsys.readouterr()
+    assert train_cli(argv + ['--resume']) == 0
+    said = 'grpo-s0: complete, 2 of 2 steps and the final evaluation in metrics.jsonl: left as is'
+    assert said in capsys.readouterr().out
+    assert (run / 'metrics.jsonl').read_bytes() == before and not (run / 'ckpt').exists()
+
+
+@pytest.mark.parametrize('name, msg', [
+    ('start_eval.json', 'evaluates the start again'),
+    ('config.json', 'move it aside to resume with the current settings'),
+    ('runs/grpo-s0/train_config.json', 'restore it, or move')])
+def test_resume_names_a_damaged_json_file(finished, capsys, name, msg):
+    out, argv = finished
+    f = out / name; f.write_text(f.read_text()[:20])
+    assert train_cli(argv + ['--resume']) == 2
+    err = capsys.readouterr().err
+    assert f"{f} is damaged" in err and msg in err, err
