@@ -4,14 +4,14 @@
 
 # %% ../nbs/12_hora.ipynb #bcdd4c3a
 from __future__ import annotations
-import heapq, json, math, sys, time
+import heapq, json, math, operator, struct, sys, time
 from dataclasses import replace
 from pathlib import Path
 import torch
 
 # %% auto #0
-__all__ = ['lgamma_diff', 'log_miss', 'hit_utility', 'log_marginal_gain', 'allocate', 'hora_rollouts', 'run_variants',
-           'compare_table', 'compare_cli', 'hora_variants', 'compare_hora_cli']
+__all__ = ['lgamma_diff', 'log_miss', 'hit_utility', 'log_marginal_gain', 'allocate_greedy', 'allocate', 'hora_rollouts',
+           'run_variants', 'compare_table', 'compare_cli', 'hora_variants', 'compare_hora_cli']
 
 # %% ../nbs/12_hora.ipynb #892259ca
 def _counts(x, name:str) -> torch.Tensor:
@@ -53,30 +53,106 @@ def hit_utility(s, f, m) -> torch.Tensor: # (...) U in [0, 1], float64
 
 # %% ../nbs/12_hora.ipynb #c9e683e9
 def log_marginal_gain(s, f, m) -> torch.Tensor: # (...) log(U(m+1) - U(m)), float64
-    "Eq. (3): log of the hit utility one more rollout adds, after `m` extra ones."
+    """Eq. (3): log of the hit utility one more rollout adds, after `m` extra ones.
+    Strictly decreasing in `m`; the float64 values too while a + b + m <= 2**40 (scanned below)."""
     a, b, mm = 1 + _counts(s, 'successes'), 1 + _counts(f, 'failures'), _counts(m, 'm')
     # \log P^{miss}(m) + \log a - \log(a + b + m)
     return log_miss(s, f, m) + torch.log(a) - torch.log(a + b + mm)
 
 # %% ../nbs/12_hora.ipynb #8e0b56a2
-def allocate(
+def _int_arg(x, name:str) -> int:
+    "`x` as an int >= 0: TypeError for bools, floats (nan and inf too), None, other non-integers."
+    if isinstance(x, bool) or (isinstance(x, torch.Tensor) and x.dtype == torch.bool):
+        raise TypeError(f"{name} must be an integer, got the bool {x!r}")
+    try: v = operator.index(x)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})") from None
+    if v < 0: raise ValueError(f"{name} must be >= 0, got {v}")
+    return v
+
+def _allocation_args(successes, failures, budget, min_per_prompt) -> tuple:
+    "The allocators' inputs, checked: s, f (N,) float64, M and m_min ints."
+    s, f = _counts(successes, 'successes'), _counts(failures, 'failures')
+    if s.ndim != 1 or s.shape != f.shape or len(s) == 0:
+        raise ValueError("successes and failures must be equal-length non-empty 1-D, "
+                         f"got {tuple(s.shape)} and {tuple(f.shape)}")
+    M, m_min = _int_arg(budget, 'budget'), _int_arg(min_per_prompt, 'min_per_prompt')
+    if M < len(s) * m_min:
+        raise ValueError(f"budget {M} < {len(s)} prompts x min_per_prompt {m_min}")
+    top = (s + f).max().item()  # every gain compared has a + b + m <= top + 2 + M
+    if top + 2 + M > 2**40:
+        raise ValueError("successes + failures + budget must be <= 2**40 - 2 (float64 keeps "
+                         f"consecutive gains ordered up to there), got {top:.0f} + budget {M}")
+    return s, f, M, m_min
+
+def allocate_greedy(
     successes, failures, # (N,) correct / wrong rollouts seen per prompt
     budget:int, # M, rollouts to hand out in total
     min_per_prompt:int=0, # m_min, every prompt gets at least this many
 ) -> torch.Tensor: # (N,) int64 rollouts per prompt, summing to `budget`
-    "Greedy hit-utility allocation: maximises sum_i U_i(m_i) (Eq. 1) subject to sum_i m_i = budget, m_i >= min_per_prompt."
-    s, f = _counts(successes, 'successes'), _counts(failures, 'failures')
-    if s.ndim != 1 or s.shape != f.shape or len(s) == 0: raise ValueError(f"successes and failures must be equal-length non-empty 1-D, got {tuple(s.shape)} and {tuple(f.shape)}")
-    N = len(s)
-    if int(budget) != budget or int(min_per_prompt) != min_per_prompt or min_per_prompt < 0: raise ValueError(f"budget and min_per_prompt must be integers >= 0, got {budget}, {min_per_prompt}")
-    if budget < N * min_per_prompt: raise ValueError(f"budget {budget} < {N} prompts x min_per_prompt {min_per_prompt}")
-    m = [int(min_per_prompt)] * N
+    "Greedy hit-utility allocation: max sum_i U_i(m_i) (Eq. 1), sum_i m_i = M, m_i >= m_min."
+    s, f, M, m_min = _allocation_args(successes, failures, budget, min_per_prompt)
+    m = [m_min] * len(s)
     lg = log_marginal_gain(s, f, torch.tensor(m, dtype=torch.float64)).tolist()
-    heap = [(-g, i) for i, g in enumerate(lg)]; heapq.heapify(heap)
-    for _ in range(int(budget) - N * int(min_per_prompt)):
+    heap = [(-g, i) for i, g in enumerate(lg)]  # equal gains: the lower index first
+    heapq.heapify(heap)
+    for _ in range(M - len(s) * m_min):
         _, i = heapq.heappop(heap); m[i] += 1
         heapq.heappush(heap, (-log_marginal_gain(s[i], f[i], m[i]).item(), i))
     return torch.tensor(m, dtype=torch.long)
+
+# %% ../nbs/12_hora.ipynb #d2e3c86a
+def _key(x:float) -> int:
+    "An integer in the order of the float64 `x`: consecutive float64 numbers get consecutive keys."
+    i = struct.unpack('<q', struct.pack('<d', x))[0]  # the bits as a signed integer
+    return i if i >= 0 else -(i & 0x7FFF_FFFF_FFFF_FFFF)  # negative: minus the magnitude bits
+
+def _unkey(k:int) -> float:
+    "The float64 whose `_key` is `k`."
+    return struct.unpack('<d', struct.pack('<q', k if k >= 0 else -k - 2**63))[0]
+
+# %% ../nbs/12_hora.ipynb #8dba107c
+def _count_above(
+    s, f, # (N,) float64 counts
+    m0:int, # m_min: the lists start at m = m0
+    lam:torch.Tensor, # (K,) float64 thresholds
+    lo:torch.Tensor, hi:torch.Tensor, # (K, N) int64: each count is known to lie in [lo, hi]
+) -> torch.Tensor: # (K, N) int64 c_i(lam_j), at most hi
+    "How many of prompt i's log gains (from m0 on) exceed lam_j: bisection over k for all (j, i)."
+    while (lo < hi).any():
+        mid = (lo + hi) // 2  # (K, N)
+        above = log_marginal_gain(s, f, (m0 + mid).double()) > lam[:, None]  # (K, N)
+        open_ = lo < hi  # (K, N)
+        lo, hi = torch.where(open_ & above, mid + 1, lo), torch.where(open_ & ~above, mid, hi)
+    return lo
+
+# %% ../nbs/12_hora.ipynb #4091d8fd
+def allocate(
+    successes, failures, # (N,) correct / wrong rollouts seen per prompt
+    budget:int, # M, rollouts to hand out in total
+    min_per_prompt:int=0, # m_min, every prompt gets at least this many
+    thresholds:int=15, # K, thresholds counted per round of the search
+) -> torch.Tensor: # (N,) int64 rollouts per prompt: `allocate_greedy`'s, tie for tie
+    "The greedy hit-utility allocation by a threshold on the log gains; time grows with N, log M."
+    s, f, M, m0 = _allocation_args(successes, failures, budget, min_per_prompt)
+    N, K, R = len(s), _int_arg(thresholds, 'thresholds'), M - len(s) * m0  # R above the minimum
+    if K < 1: raise ValueError(f"thresholds must be >= 1, got {K}")
+    c_hi, c_lo = torch.zeros(N, dtype=torch.long), torch.full((N,), R)  # (N,) above hi, above lo
+    hi = _key(log_marginal_gain(s, f, m0).max().item())  # none above the largest: C(hi) = 0
+    lo = _key(log_marginal_gain(s, f, m0 + max(R - 1, 0)).min().item()) - 1  # all R above lo
+    while hi - lo > 1 and (c_lo - c_hi).sum() > 64 * N:  # C(lo) >= R > C(hi)
+        ks = sorted({lo + (hi - lo) * j // (K + 1) for j in range(1, K + 1)} - {lo})  # in (lo, hi)
+        lam = torch.tensor([_unkey(k) for k in ks], dtype=torch.float64)  # (K,) increasing
+        c = _count_above(s, f, m0, lam, c_hi.expand(len(ks), N), c_lo.expand(len(ks), N))  # (K, N)
+        j = int((c.sum(1) >= R).sum())  # C falls as lam grows: the first j keep C >= R
+        if j > 0: lo, c_lo = ks[j - 1], c[j - 1]
+        if j < len(ks): hi, c_hi = ks[j], c[j]
+    w = c_lo - c_hi  # (N,) undecided gains of each prompt: k in [c_hi, c_lo)
+    i = torch.repeat_interleave(torch.arange(N), w)  # (D,) their prompts, in index order ...
+    k = c_hi[i] + torch.arange(len(i)) - (w.cumsum(0) - w)[i]  # (D,) ... and positions, increasing
+    g = log_marginal_gain(s[i], f[i], (m0 + k).double())  # (D,)
+    top = torch.sort(g, descending=True, stable=True).indices[:R - int(c_hi.sum())]  # heap order
+    return m0 + c_hi + torch.bincount(i[top], minlength=N)  # (N,)
 
 # %% ../nbs/12_hora.ipynb #13319aba
 def _pad_right(x:torch.Tensor, T:int, value) -> torch.Tensor:

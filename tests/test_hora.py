@@ -1,5 +1,5 @@
 """Property tests, cross-checks and failure cases for hara_ref.hora (chapter 12): hit utility, greedy allocation, the trainer hook."""
-import itertools, json, os, warnings
+import itertools, json, math, os, warnings
 from pathlib import Path
 
 import mpmath
@@ -8,7 +8,8 @@ import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
-from hara_ref.hora import lgamma_diff, log_miss, hit_utility, log_marginal_gain, allocate, hora_rollouts, hora_variants, compare_hora_cli
+from hara_ref.hora import lgamma_diff, log_miss, hit_utility, log_marginal_gain, allocate, allocate_greedy, hora_rollouts, hora_variants, compare_hora_cli
+import numpy as np
 from hara_ref.policy import char_tokenizer, tiny_qwen3
 from hara_ref.rl import TrainConfig, read_jsonl
 from hara_ref.cli import train_cli, train_parser, configs_from_args
@@ -89,13 +90,14 @@ def brute_best(s, f, budget, m_min):
     return best
 
 
+@pytest.mark.parametrize('alloc_fn', [allocate_greedy, allocate])
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())
-def test_greedy_matches_brute_force(data):
+def test_greedy_matches_brute_force(alloc_fn, data):
     N = data.draw(st.integers(1, 4))
     s = data.draw(st.lists(st.integers(0, 8), min_size=N, max_size=N)); f = data.draw(st.lists(st.integers(0, 8), min_size=N, max_size=N))
     m_min = data.draw(st.integers(0, 2)); budget = data.draw(st.integers(N * m_min, N * m_min + 6))
-    alloc = allocate(s, f, budget, m_min)
+    alloc = alloc_fn(s, f, budget, m_min)
     assert alloc.sum().item() == budget and (alloc >= m_min).all() and alloc.dtype == torch.long
     total = hit_utility(torch.tensor(s), torch.tensor(f), alloc).sum().item()
     assert abs(total - brute_best(s, f, budget, m_min)) < 1e-12
@@ -117,8 +119,7 @@ def test_deterministic_ties_and_permutation():
     (lambda: allocate([], [], 3), 'non-empty'),
     (lambda: allocate([[1]], [[1]], 3), '1-D'),
     (lambda: allocate([1, 1], [1, 1], 3, min_per_prompt=2), 'budget 3 < 2 prompts'),
-    (lambda: allocate([1], [1], 1.5), 'integers'),
-    (lambda: allocate([1], [1], 2, min_per_prompt=-1), 'integers >= 0'),
+    (lambda: allocate([1], [1], 2, min_per_prompt=-1), 'min_per_prompt must be >= 0, got -1'),
     (lambda: allocate([-1], [1], 2), 'successes must be >= 0'),
     (lambda: hit_utility(0, 0, float('inf')), 'm must be finite'),
     (lambda: hit_utility(float('nan'), 0, 1), 'successes must be finite'),
@@ -176,3 +177,124 @@ def test_compare_hora_cli(tmp_path, capsys):
     for v in ('grpo-uniform', 'grpo-hora', 'rloo-uniform', 'rloo-hora', 'start (SFT)'): assert f"| {v} |" in table
     assert '| 12 |' in table  # rollouts per step: 3 prompts x G = 4, for every variant
     assert compare_hora_cli(['--out', str(tmp_path), '--seeds', 'x']) == 2
+
+
+# allocate (threshold on the log gains) against allocate_greedy (the heap): equal, tie for tie
+
+small_counts = st.one_of(st.integers(0, 3), st.integers(0, 200))  # small ones make equal prompts, so ties
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_threshold_equals_greedy(data):
+    N = data.draw(st.integers(1, 6))
+    s = data.draw(st.lists(small_counts, min_size=N, max_size=N)); f = data.draw(st.lists(small_counts, min_size=N, max_size=N))
+    m_min = data.draw(st.integers(0, 3)); budget = data.draw(st.integers(N * m_min, N * m_min + 80))
+    K = data.draw(st.sampled_from([1, 2, 15, 63]))
+    got, ref = allocate(s, f, budget, m_min, thresholds=K), allocate_greedy(s, f, budget, m_min)
+    assert got.dtype == ref.dtype == torch.long and got.tolist() == ref.tolist(), (s, f, budget, m_min, K)
+
+
+@pytest.mark.parametrize('s,f', [
+    ([2, 2, 2, 2], [2, 2, 2, 2]),              # equal prompts: every gain ties
+    ([0, 1, 3, 7], [0, 1, 3, 7]),              # equal first gains a/(a+b) = 1/2, different later ones
+    ([5, 0, 5, 0, 5], [1, 4, 1, 4, 1]),        # two kinds, interleaved
+    ([0, 0, 9, 0], [0, 0, 9, 0]),
+])
+def test_threshold_equals_greedy_with_ties(s, f):
+    for budget in range(0, 25):
+        for m_min in (0, 1):
+            if budget < len(s) * m_min: continue
+            ref = allocate_greedy(s, f, budget, m_min).tolist()
+            for K in (1, 15):
+                assert allocate(s, f, budget, m_min, thresholds=K).tolist() == ref, (s, f, budget, m_min, K)
+    assert allocate([2, 2, 2, 2], [2, 2, 2, 2], 6).tolist() == [2, 2, 1, 1]  # ties: the lower index first
+
+
+def threshold_structure(s, f, alloc, m_min):
+    "The greedy's picks are the R largest gains, ties to the lower index: every gain taken >= every gain left."
+    s, f = torch.as_tensor(s, dtype=torch.float64), torch.as_tensor(f, dtype=torch.float64)
+    took = alloc > m_min  # (N,)
+    last = log_marginal_gain(s, f, (alloc - 1).clamp(min=0))  # (N,) the last gain taken, where one was
+    left = log_marginal_gain(s, f, alloc)  # (N,) the next gain left
+    for i in took.nonzero()[:, 0].tolist():
+        for j in range(len(s)):
+            assert last[i] > left[j] or (last[i] == left[j] and i < j) or (last[i] == left[j] and i == j), (i, j)
+
+
+@pytest.mark.parametrize('budget', [10**9, 10**12])
+@pytest.mark.parametrize('s,f,m_min', [([0, 1, 3, 4], [4, 3, 1, 0], 0), ([3], [4], 0), ([2, 2, 2], [2, 2, 2], 5),
+                                       (list(range(40)), list(range(40))[::-1], 3), ([10**6, 0], [0, 10**6], 1)])
+def test_huge_budget(s, f, m_min, budget):
+    "Would take days with the heap (one step per rollout); finishes here, with the threshold structure."
+    alloc = allocate(s, f, budget, m_min)
+    assert alloc.dtype == torch.long and alloc.shape == (len(s),)
+    assert alloc.sum().item() == budget and (alloc >= m_min).all()
+    threshold_structure(s, f, alloc, m_min)
+    if len(set(zip(s, f))) == 1: assert alloc.max() - alloc.min() <= 1 and alloc.tolist() == sorted(alloc.tolist(), reverse=True)
+
+
+def test_threshold_structure_can_fail():
+    "The structure check rejects a non-greedy allocation (one rollout moved to a worse prompt)."
+    s, f = [0, 1, 3, 4], [4, 3, 1, 0]
+    alloc = allocate(s, f, 1000)
+    threshold_structure(s, f, alloc, 0)
+    worse = alloc.clone(); worse[0] -= 1; worse[3] += 1
+    with pytest.raises(AssertionError): threshold_structure(s, f, worse, 0)
+
+
+@pytest.mark.parametrize('alloc_fn', [allocate, allocate_greedy])
+@pytest.mark.parametrize('budget,err,msg', [
+    (float('nan'), TypeError, 'budget must be an integer, got nan'),
+    (math.inf, TypeError, 'budget must be an integer, got inf'),
+    (-math.inf, TypeError, 'budget must be an integer, got -inf'),
+    (None, TypeError, 'budget must be an integer, got None'),
+    (2.5, TypeError, 'budget must be an integer, got 2.5'),
+    (4.0, TypeError, 'budget must be an integer, got 4.0'),
+    (True, TypeError, 'budget must be an integer, got the bool True'),
+    (np.bool_(False), TypeError, 'budget must be an integer'),
+    ('3', TypeError, "budget must be an integer, got '3'"),
+    (-1, ValueError, 'budget must be >= 0, got -1'),
+    (2**40, ValueError, r'successes \+ failures \+ budget must be <= 2\*\*40'),
+])
+def test_bad_budget_named(alloc_fn, budget, err, msg):
+    with pytest.raises(err, match=msg): alloc_fn([1, 2], [0, 3], budget)
+
+
+@pytest.mark.parametrize('alloc_fn', [allocate, allocate_greedy])
+def test_bad_min_per_prompt_and_good_integer_types(alloc_fn):
+    for bad, err in [(0.5, TypeError), (True, TypeError), (None, TypeError), (-1, ValueError), (math.nan, TypeError)]:
+        with pytest.raises(err, match='min_per_prompt must be'): alloc_fn([1, 2], [0, 3], 4, bad)
+    ref = alloc_fn([1, 2], [0, 3], 7, 1).tolist()
+    for M, m in [(np.int64(7), np.int32(1)), (torch.tensor(7), torch.tensor(1))]:
+        assert alloc_fn(np.array([1, 2]), torch.tensor([0, 3]), M, m).tolist() == ref
+
+
+def test_thresholds_checked():
+    for bad, err in [(0, ValueError), (1.5, TypeError), (True, TypeError)]:
+        with pytest.raises(err, match='thresholds must be'): allocate([1], [1], 3, thresholds=bad)
+
+
+log_uniform = st.floats(0, 40 * math.log(2)).map(lambda x: math.floor(math.exp(x)) - 1)  # 0 .. 2**40 - 1
+
+
+@settings(max_examples=100, deadline=None)
+@given(s=st.lists(log_uniform, min_size=50, max_size=50), f=st.lists(log_uniform, min_size=50, max_size=50),
+       m=st.lists(log_uniform, min_size=50, max_size=50))
+def test_float64_gains_strictly_decreasing_below_2_40(s, f, m):
+    "The allocators rely on it: inside their domain (a + b + m <= 2**40) consecutive float64 log gains never tie or swap."
+    s, f, m = (torch.tensor(v, dtype=torch.float64) for v in (s, f, m))  # (50,) each
+    m = torch.minimum(m, 2.0**40 - 3 - s - f).clamp(min=0)  # a + b + m + 1 <= 2**40
+    keep = s + f + 3 <= 2.0**40
+    g0, g1 = log_marginal_gain(s[keep], f[keep], m[keep]), log_marginal_gain(s[keep], f[keep], m[keep] + 1)
+    assert torch.isfinite(g0).all() and (g1 < g0).all()
+
+
+def test_vector_and_scalar_gains_bitwise_equal():
+    "The heap evaluates one gain at a time, `allocate` whole vectors: exact equality needs the same float64 bits."
+    g = torch.Generator().manual_seed(0)
+    s = torch.randint(0, 300, (500,), generator=g).double(); f = torch.randint(0, 300, (500,), generator=g).double()
+    m = torch.floor(torch.exp(torch.rand(500, generator=g, dtype=torch.float64) * 27))  # (500,) 1 .. 5e11
+    vec = log_marginal_gain(s, f, m)  # (500,)
+    assert all(vec[i].item() == log_marginal_gain(s[i], f[i], int(m[i])).item() for i in range(500))
+    assert torch.equal(log_marginal_gain(s, f, torch.stack([m.flip(0), m]))[1], vec)  # in a (2, 500) batch
