@@ -5,12 +5,13 @@
 # %% ../nbs/09_rollouts.ipynb #1457319e
 from __future__ import annotations
 from dataclasses import dataclass, field
+import warnings
 import torch
 from .grpo import base_advantages
 
 # %% auto #0
 __all__ = ['check_rollouts', 'outcome_groups', 'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median',
-           'Reweighting', 'base_or_given', 'apply_weights']
+           'geometric_median', 'group_geometric_median', 'Reweighting', 'base_or_given', 'apply_weights']
 
 # %% ../nbs/09_rollouts.ipynb #e5fa9479
 def check_rollouts(
@@ -145,6 +146,89 @@ def group_median(
     med = torch.where(n > 0, (lo + hi) / 2, torch.nan).squeeze(1)  # (G', ...)
     gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=len(med) - 1)  # (B,) each rollout's group among the G'
     return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med[gi], out)
+
+# %% ../nbs/09_rollouts.ipynb #f7381c2a
+def _kuhn_data_point(
+    P:torch.Tensor, # (N, K, D) the members' points of N nodes (absent members: any finite row)
+    here:torch.Tensor, # (N, K) bool, members present
+) -> tuple:
+    "Nodes whose geometric median is one of their points, by Kuhn's test: (found (N,) bool, that point (N, D))."
+    N, K, D = P.shape
+    found, point = here.new_zeros(N), P.new_full((N, D), torch.nan)  # (N,), (N, D)
+    margin, tiny = 16 * K * torch.finfo(P.dtype).eps, torch.finfo(P.dtype).tiny  # rounding of K unit vectors
+    for a in range(K):  # candidate p = the a-th member's point
+        diff = P - P[:, a:a + 1]  # (N, K, D) y_k - p
+        dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
+        at = here & (dist == 0)  # (N, K) members sitting at p
+        # R(p) = Σ_{y_k ≠ p} (y_k - p) / ‖y_k - p‖; p is a minimiser iff ‖R(p)‖ <= w(p) = #{k: y_k = p}
+        u = torch.where((here & ~at)[..., None], diff / dist.clamp_min(tiny)[..., None], 0.)  # (N, K, D)
+        r = torch.linalg.vector_norm(u.sum(1), dim=-1)  # (N,)
+        ok = here[:, a] & (r < at.sum(-1).to(P.dtype) - margin) & ~found  # strict: at a tie p is not the only minimiser
+        point, found = torch.where(ok[:, None], P[:, a], point), found | ok
+    return found, point
+
+# %% ../nbs/09_rollouts.ipynb #b8ba8391
+def _weiszfeld_step(
+    P:torch.Tensor, # (N, K, D) points
+    here:torch.Tensor, # (N, K) bool, present
+    m:torch.Tensor, # (N, D) current iterate
+) -> torch.Tensor:
+    "One Weiszfeld step, with Vardi and Zhang's rule when m sits on data points; (N, D)."
+    diff = P - m[:, None]  # (N, K, D) y_k - m
+    dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
+    tiny, at = torch.finfo(P.dtype).tiny, here & (dist == 0)  # (N, K) members at m
+    inv = torch.where(here & ~at, 1 / dist.clamp_min(tiny), 0.)  # (N, K) Weiszfeld weights 1/‖y_k - m‖
+    R = (inv[..., None] * diff).sum(1)  # (N, D) R(m) = Σ_k (y_k - m)/‖y_k - m‖
+    T = m + R / inv.sum(-1, keepdim=True).clamp_min(tiny)  # (N, D) Σ_k y_k/‖y_k - m‖ / Σ_k 1/‖y_k - m‖
+    # Vardi-Zhang: m' = (1 - β) T + β m, β = min(1, η/‖R‖), η = members at m (0 off the data)
+    beta = (at.sum(-1, keepdim=True) / torch.linalg.vector_norm(R, dim=-1, keepdim=True).clamp_min(tiny)).clamp(max=1)
+    return (1 - beta) * T + beta * m  # (N, D)
+
+# %% ../nbs/09_rollouts.ipynb #895cba52
+def geometric_median(
+    P:torch.Tensor, # (N, K, D) points of N independent problems (absent rows: any finite values)
+    here:torch.Tensor, # (N, K) bool, points present
+    tol:float=1e-9, # stop when a step is below tol x the points' mean distance from their mean
+    max_iter:int=1000, # cap on Weiszfeld steps
+) -> tuple:
+    "Geometric median of each node's present points (N, D) (nan with none), and dict(converged, n_iter, unconverged, nodes)."
+    n = here.sum(-1)  # (N,)
+    mean = (P * here[..., None]).sum(1) / n.clamp(min=1)[:, None]  # (N, D) coordinatewise mean: the start
+    found, m = _kuhn_data_point(P, here)  # (N,), (N, D) a data point that is the median (majority, copies, one)
+    m = torch.where(found[:, None], m, torch.where(n[:, None] > 0, mean, torch.nan))  # two members: the midpoint
+    eps = torch.finfo(P.dtype).eps
+    spread = (torch.linalg.vector_norm(P - mean[:, None], dim=-1) * here).sum(-1) / n.clamp(min=1)  # (N,)
+    thr = max(tol, 16 * eps) * spread + 16 * eps * torch.linalg.vector_norm(mean, dim=-1)  # (N,) step tolerance
+    active, it = (n >= 3) & ~found, 0  # (N,) nodes left to iterate
+    while active.any() and it < max_iter:
+        idx = active.nonzero().flatten()  # (N',)
+        new = _weiszfeld_step(P[idx], here[idx], m[idx])  # (N', D)
+        active[idx] = torch.linalg.vector_norm(new - m[idx], dim=-1) > thr[idx]
+        m[idx], it = new, it + 1
+    return m, dict(converged=not bool(active.any()), n_iter=it, unconverged=int(active.sum()), nodes=len(n))
+
+# %% ../nbs/09_rollouts.ipynb #8dd0d9f8
+def group_geometric_median(
+    v:torch.Tensor, # (B, ..., D) one D-vector per rollout and node; a row with nan = missing
+    og:torch.Tensor, # (B,) outcome group of each rollout
+    member:torch.Tensor, # (B,) bool, rollouts that count
+    *, tol:float=1e-9, # Weiszfeld stops on steps below tol x the node's spread (at least the dtype's rounding)
+    max_iter:int=1000, # cap on Weiszfeld steps (reported in the info dict, and warned about)
+    warn:bool=True, # warn when the cap is hit
+) -> tuple:
+    "Geometric median over each group's members, per node, per rollout (B, ..., D) (0 for non-members), and the solver's info."
+    slots, out = pack_slots(og, member), torch.zeros_like(v)  # (G', K) members of each group, -1 = none
+    if slots.numel() == 0: return out, dict(converged=True, n_iter=0, unconverged=0, nodes=0)
+    (G, K), mid, D = slots.shape, v.shape[1:-1], v.shape[-1]
+    P = v[slots.clamp(min=0)].movedim(1, -2)  # (G', ..., K, D)
+    here = (slots >= 0).reshape(G, *[1] * len(mid), K) & ~P.isnan().any(-1)  # (G', ..., K)
+    P = torch.where(here[..., None], P, 0.)  # absent rows: finite, never read
+    med, info = geometric_median(P.reshape(-1, K, D), here.reshape(-1, K), tol, max_iter)  # (N, D)
+    if warn and not info['converged']:
+        warnings.warn(f"group_geometric_median: {info['unconverged']} of {info['nodes']} nodes stopped at "
+                      f"max_iter={max_iter} above tol={tol:.0e}", RuntimeWarning, stacklevel=2)
+    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=G - 1)  # (B,) each rollout's group among the G'
+    return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med.reshape(G, *mid, D)[gi], out), info
 
 # %% ../nbs/09_rollouts.ipynb #318811e5
 @dataclass
