@@ -152,18 +152,19 @@ def _kuhn_data_point(
     P:torch.Tensor, # (N, K, D) the members' points of N nodes (absent members: any finite row)
     here:torch.Tensor, # (N, K) bool, members present
 ) -> tuple:
-    "Nodes whose geometric median is one of their points, by Kuhn's test: (found (N,) bool, that point (N, D))."
+    "Nodes whose geometric median is a data point (Kuhn's test): found (N,) bool, point (N, D)."
     N, K, D = P.shape
     found, point = here.new_zeros(N), P.new_full((N, D), torch.nan)  # (N,), (N, D)
-    margin, tiny = 16 * K * torch.finfo(P.dtype).eps, torch.finfo(P.dtype).tiny  # rounding of K unit vectors
+    tiny = torch.finfo(P.dtype).tiny
+    margin = 16 * K * torch.finfo(P.dtype).eps  # rounding of a sum of K unit vectors
     for a in range(K):  # candidate p = the a-th member's point
         diff = P - P[:, a:a + 1]  # (N, K, D) y_k - p
         dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
         at = here & (dist == 0)  # (N, K) members sitting at p
-        # R(p) = Σ_{y_k ≠ p} (y_k - p) / ‖y_k - p‖; p is a minimiser iff ‖R(p)‖ <= w(p) = #{k: y_k = p}
-        u = torch.where((here & ~at)[..., None], diff / dist.clamp_min(tiny)[..., None], 0.)  # (N, K, D)
-        r = torch.linalg.vector_norm(u.sum(1), dim=-1)  # (N,)
-        ok = here[:, a] & (r < at.sum(-1).to(P.dtype) - margin) & ~found  # strict: at a tie p is not the only minimiser
+        # R(p) = Σ_{y_k ≠ p} (y_k - p)/‖y_k - p‖; p is a minimiser iff ‖R(p)‖ <= w(p) = #{y_k = p}
+        u = diff / dist.clamp_min(tiny)[..., None]  # (N, K, D) unit vectors from p
+        r = torch.linalg.vector_norm((u * (here & ~at)[..., None]).sum(1), dim=-1)  # (N,) ‖R(p)‖
+        ok = here[:, a] & (r < at.sum(-1).to(P.dtype) - margin) & ~found  # strict: p the only one
         point, found = torch.where(ok[:, None], P[:, a], point), found | ok
     return found, point
 
@@ -173,15 +174,17 @@ def _weiszfeld_step(
     here:torch.Tensor, # (N, K) bool, present
     m:torch.Tensor, # (N, D) current iterate
 ) -> torch.Tensor:
-    "One Weiszfeld step, with Vardi and Zhang's rule when m sits on data points; (N, D)."
+    "One Weiszfeld step, with Vardi and Zhang's rule where m sits on data points; (N, D)."
     diff = P - m[:, None]  # (N, K, D) y_k - m
     dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
     tiny, at = torch.finfo(P.dtype).tiny, here & (dist == 0)  # (N, K) members at m
-    inv = torch.where(here & ~at, 1 / dist.clamp_min(tiny), 0.)  # (N, K) Weiszfeld weights 1/‖y_k - m‖
+    inv = (here & ~at) / dist.clamp_min(tiny)  # (N, K) Weiszfeld weights 1/‖y_k - m‖
     R = (inv[..., None] * diff).sum(1)  # (N, D) R(m) = Σ_k (y_k - m)/‖y_k - m‖
-    T = m + R / inv.sum(-1, keepdim=True).clamp_min(tiny)  # (N, D) Σ_k y_k/‖y_k - m‖ / Σ_k 1/‖y_k - m‖
+    # T(m) = Σ_k y_k/‖y_k - m‖ / Σ_k 1/‖y_k - m‖ = m + R(m) / Σ_k 1/‖y_k - m‖
+    T = m + R / inv.sum(-1, keepdim=True).clamp_min(tiny)  # (N, D)
     # Vardi-Zhang: m' = (1 - β) T + β m, β = min(1, η/‖R‖), η = members at m (0 off the data)
-    beta = (at.sum(-1, keepdim=True) / torch.linalg.vector_norm(R, dim=-1, keepdim=True).clamp_min(tiny)).clamp(max=1)
+    r = torch.linalg.vector_norm(R, dim=-1, keepdim=True)  # (N, 1)
+    beta = (at.sum(-1, keepdim=True) / r.clamp_min(tiny)).clamp(max=1)  # (N, 1)
     return (1 - beta) * T + beta * m  # (N, D)
 
 # %% ../nbs/09_rollouts.ipynb #895cba52
@@ -191,33 +194,36 @@ def geometric_median(
     tol:float=1e-9, # stop when a step is below tol x the points' mean distance from their mean
     max_iter:int=1000, # cap on Weiszfeld steps
 ) -> tuple:
-    "Geometric median of each node's present points (N, D) (nan with none), and dict(converged, n_iter, unconverged, nodes)."
-    n = here.sum(-1)  # (N,)
-    mean = (P * here[..., None]).sum(1) / n.clamp(min=1)[:, None]  # (N, D) coordinatewise mean: the start
-    found, m = _kuhn_data_point(P, here)  # (N,), (N, D) a data point that is the median (majority, copies, one)
-    m = torch.where(found[:, None], m, torch.where(n[:, None] > 0, mean, torch.nan))  # two members: the midpoint
-    eps = torch.finfo(P.dtype).eps
-    spread = (torch.linalg.vector_norm(P - mean[:, None], dim=-1) * here).sum(-1) / n.clamp(min=1)  # (N,)
-    thr = max(tol, 16 * eps) * spread + 16 * eps * torch.linalg.vector_norm(mean, dim=-1)  # (N,) step tolerance
+    "Geometric median of each node's present points (N, D) (nan if none), and the solver's info."
+    n, eps = here.sum(-1), torch.finfo(P.dtype).eps  # (N,)
+    mean = (P * here[..., None]).sum(1) / n.clamp(min=1)[:, None]  # (N, D) coordinatewise mean
+    found, m = _kuhn_data_point(P, here)  # (N,), (N, D) one member, copies, a majority, ...
+    start = torch.where(n[:, None] > 0, mean, torch.nan)  # (N, D) two members: their midpoint, done
+    m = torch.where(found[:, None], m, start)  # (N, D)
+    dev = torch.linalg.vector_norm(P - mean[:, None], dim=-1)  # (N, K)
+    spread = (dev * here).sum(-1) / n.clamp(min=1)  # (N,) mean distance from the mean
+    rounding = 16 * eps * torch.linalg.vector_norm(mean, dim=-1)  # (N,)
+    thr = max(tol, 16 * eps) * spread + rounding  # (N,) step tolerance
     active, it = (n >= 3) & ~found, 0  # (N,) nodes left to iterate
     while active.any() and it < max_iter:
         idx = active.nonzero().flatten()  # (N',)
         new = _weiszfeld_step(P[idx], here[idx], m[idx])  # (N', D)
         active[idx] = torch.linalg.vector_norm(new - m[idx], dim=-1) > thr[idx]
         m[idx], it = new, it + 1
-    return m, dict(converged=not bool(active.any()), n_iter=it, unconverged=int(active.sum()), nodes=len(n))
+    left = int(active.sum())
+    return m, dict(converged=left == 0, n_iter=it, unconverged=left, nodes=len(n))
 
 # %% ../nbs/09_rollouts.ipynb #8dd0d9f8
 def group_geometric_median(
     v:torch.Tensor, # (B, ..., D) one D-vector per rollout and node; a row with nan = missing
     og:torch.Tensor, # (B,) outcome group of each rollout
     member:torch.Tensor, # (B,) bool, rollouts that count
-    *, tol:float=1e-9, # Weiszfeld stops on steps below tol x the node's spread (at least the dtype's rounding)
+    *, tol:float=1e-9, # stop on steps below tol x the node's spread (at least the dtype's rounding)
     max_iter:int=1000, # cap on Weiszfeld steps (reported in the info dict, and warned about)
     warn:bool=True, # warn when the cap is hit
 ) -> tuple:
-    "Geometric median over each group's members, per node, per rollout (B, ..., D) (0 for non-members), and the solver's info."
-    slots, out = pack_slots(og, member), torch.zeros_like(v)  # (G', K) members of each group, -1 = none
+    "Geometric median over each group's members per node, per rollout (B, ..., D) (0: non-members); info."
+    slots, out = pack_slots(og, member), torch.zeros_like(v)  # (G', K) members, -1 = none
     if slots.numel() == 0: return out, dict(converged=True, n_iter=0, unconverged=0, nodes=0)
     (G, K), mid, D = slots.shape, v.shape[1:-1], v.shape[-1]
     P = v[slots.clamp(min=0)].movedim(1, -2)  # (G', ..., K, D)
@@ -225,10 +231,11 @@ def group_geometric_median(
     P = torch.where(here[..., None], P, 0.)  # absent rows: finite, never read
     med, info = geometric_median(P.reshape(-1, K, D), here.reshape(-1, K), tol, max_iter)  # (N, D)
     if warn and not info['converged']:
-        warnings.warn(f"group_geometric_median: {info['unconverged']} of {info['nodes']} nodes stopped at "
-                      f"max_iter={max_iter} above tol={tol:.0e}", RuntimeWarning, stacklevel=2)
-    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=G - 1)  # (B,) each rollout's group among the G'
-    return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med.reshape(G, *mid, D)[gi], out), info
+        warnings.warn(f"group_geometric_median: {info['unconverged']} of {info['nodes']} nodes "
+                      f"stopped at max_iter={max_iter} above tol={tol:.0e}", RuntimeWarning, 2)
+    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=G - 1)  # (B,) among the G'
+    med = med.reshape(G, *mid, D)[gi]  # (B, ..., D)
+    return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med, out), info
 
 # %% ../nbs/09_rollouts.ipynb #318811e5
 @dataclass
