@@ -187,12 +187,37 @@ def _weiszfeld_step(
     beta = (at.sum(-1, keepdim=True) / r.clamp_min(tiny)).clamp(max=1)  # (N, 1)
     return (1 - beta) * T + beta * m  # (N, D)
 
+# %% ../nbs/09_rollouts.ipynb #7011c717
+def _newton_step(
+    P:torch.Tensor, # (N, K, D) points
+    here:torch.Tensor, # (N, K) bool, present
+    m:torch.Tensor, # (N, D) current iterate, off the data points
+) -> torch.Tensor:
+    "Newton's step on f(m) = Σ_k ‖y_k - m‖, solved in K x K by Woodbury's identity; (N, D), nan on data points."
+    diff = P - m[:, None]  # (N, K, D) y_k - m
+    dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
+    tiny = torch.finfo(P.dtype).tiny
+    inv = here / dist.clamp_min(tiny)  # (N, K) 1/‖y_k - m‖ (0 for absent members)
+    s = inv.sum(-1, keepdim=True)  # (N, 1)
+    U = diff * inv[..., None]  # (N, K, D) rows u_k = (y_k - m)/‖y_k - m‖
+    R = U.sum(1)  # (N, D) -∇f(m)
+    # ∇²f = s I - Uᵀ diag(1/‖y_k - m‖) U, so (∇²f)⁻¹ R = (R + Uᵀ M⁻¹ U R)/s, M = diag(s ‖y_k - m‖) - U Uᵀ
+    M = torch.diag_embed(torch.where(here, s * dist, 1.)) - U @ U.transpose(-1, -2)  # (N, K, K)
+    c = torch.linalg.solve_ex(M, U @ R[..., None])[0]  # (N, K, 1)
+    step = (R + (U.transpose(-1, -2) @ c).squeeze(-1)) / s  # (N, D)
+    return torch.where((here & (dist == 0)).any(-1, keepdim=True), torch.nan, m + step)  # (N, D)
+
+# %% ../nbs/09_rollouts.ipynb #6ecbe7d9
+def _sum_dist(P:torch.Tensor, here:torch.Tensor, m:torch.Tensor) -> torch.Tensor:
+    "f(m) = Σ_k ‖y_k - m‖ over the present points of each node, (N,) (nan if m is)."
+    return (torch.linalg.vector_norm(P - m[:, None], dim=-1) * here).sum(-1)  # (N,)
+
 # %% ../nbs/09_rollouts.ipynb #895cba52
 def geometric_median(
     P:torch.Tensor, # (N, K, D) points of N independent problems (absent rows: any finite values)
     here:torch.Tensor, # (N, K) bool, points present
     tol:float=1e-9, # stop when a step is below tol x the points' mean distance from their mean
-    max_iter:int=1000, # cap on Weiszfeld steps
+    max_iter:int=200, # cap on steps
 ) -> tuple:
     "Geometric median of each node's present points (N, D) (nan if none), and the solver's info."
     n, eps = here.sum(-1), torch.finfo(P.dtype).eps  # (N,)
@@ -206,10 +231,13 @@ def geometric_median(
     thr = max(tol, 16 * eps) * spread + rounding  # (N,) step tolerance
     active, it = (n >= 3) & ~found, 0  # (N,) nodes left to iterate
     while active.any() and it < max_iter:
-        idx = active.nonzero().flatten()  # (N',)
-        new = _weiszfeld_step(P[idx], here[idx], m[idx])  # (N', D)
-        active[idx] = torch.linalg.vector_norm(new - m[idx], dim=-1) > thr[idx]
-        m[idx], it = new, it + 1
+        i = active.nonzero().flatten()  # (N',)
+        Pi, hi, mi = P[i], here[i], m[i]  # (N', K, D), (N', K), (N', D)
+        w, nt = _weiszfeld_step(Pi, hi, mi), _newton_step(Pi, hi, mi)  # (N', D) each
+        better = _sum_dist(Pi, hi, nt) < _sum_dist(Pi, hi, w)  # (N',) False where nt is nan
+        new = torch.where(better[:, None], nt, w)  # (N', D)
+        active[i] = torch.linalg.vector_norm(new - mi, dim=-1) > thr[i]
+        m[i], it = new, it + 1
     left = int(active.sum())
     return m, dict(converged=left == 0, n_iter=it, unconverged=left, nodes=len(n))
 
@@ -219,10 +247,10 @@ def group_geometric_median(
     og:torch.Tensor, # (B,) outcome group of each rollout
     member:torch.Tensor, # (B,) bool, rollouts that count
     *, tol:float=1e-9, # stop on steps below tol x the node's spread (at least the dtype's rounding)
-    max_iter:int=1000, # cap on Weiszfeld steps (reported in the info dict, and warned about)
+    max_iter:int=200, # cap on steps (reported in the info dict, and warned about)
     warn:bool=True, # warn when the cap is hit
 ) -> tuple:
-    "Geometric median over each group's members per node, per rollout (B, ..., D) (0: non-members); info."
+    "Geometric median of each group's members per node, per rollout (B, ..., D) (0: non-members); info."
     slots, out = pack_slots(og, member), torch.zeros_like(v)  # (G', K) members, -1 = none
     if slots.numel() == 0: return out, dict(converged=True, n_iter=0, unconverged=0, nodes=0)
     (G, K), mid, D = slots.shape, v.shape[1:-1], v.shape[-1]
