@@ -105,7 +105,7 @@ def stage_versions(
 def version_excess(
     q:torch.Tensor, # (B, T, L_b) local assignments (`local_assignment`)
     y:torch.Tensor, # (B, L_b, D) each rollout's stage versions
-    y_ref:torch.Tensor, # (B, L_b, D) its group's versions (`group_median`)
+    y_ref:torch.Tensor, # (B, L_b, D) its group's versions (`group_geometric_median`)
     mask:torch.Tensor, # (B, T) bool
 ) -> tuple:
     "Stage novelty ν[i,j] = ‖y[i,j] - ȳ[g,j]‖² (B, L_b), token excess e[i,t] = Σ_j (q[t,j]/a_t) ν[i,j] (B, T), sequence excess Σ_j (Σ_t q[t,j]) ν[i,j] (B,)."
