@@ -12,7 +12,7 @@ from hara_ref.data import planted_stage_rollouts
 from test_hara_novelty import one_changed_span
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-TIGHT = dict(bary_kw=dict(tol=1e-9, max_iter=20000), sinkhorn_kw=dict(stop_thr=1e-10))  # barycenter converged
+TIGHT = dict(bary_kw=dict(tol=1e-7, max_iter=5000))  # the barycenter converged below its rounding-level wander
 GRAN = [dict(granularity='seq'), dict(granularity='tok'), dict(granularity='span', span_len=3)]
 
 def groups_of_3(seed, T=12, d=8):
