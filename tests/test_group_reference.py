@@ -1,4 +1,5 @@
-"The geometric group reference (chapters 09_rollouts, 09a_novelty): invariance of HARA's weights under rotations of the hidden space, exact cases, agreement with a brute-force minimisation, caps."
+"""The geometric group reference (chapters 09_rollouts, 09a_novelty): HARA's advantages do not change
+under rotations of the hidden space; exact cases; agreement with a brute-force minimisation; caps."""
 import warnings
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from hara_ref.data import planted_stage_rollouts
 from test_hara_novelty import one_changed_span
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-TIGHT = dict(bary_kw=dict(tol=1e-7, max_iter=5000))  # the barycenter converged below its rounding-level wander
+TIGHT = dict(bary_kw=dict(tol=1e-7, max_iter=5000))  # the barycenter 100 x tighter than the default
 GRAN = [dict(granularity='seq'), dict(granularity='tok'), dict(granularity='span', span_len=3)]
 
 def groups_of_3(seed, T=12, d=8):
@@ -29,13 +30,15 @@ def planted(seed, K=8):
 
 def rotation(d, seed):
     "A random orthogonal (d, d) matrix: Q of the QR factorisation of a Gaussian matrix, float64."
-    return torch.linalg.qr(torch.randn(d, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64))[0]
+    g = torch.Generator().manual_seed(seed)
+    return torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0]  # (d, d)
 
 def rotation_deviation(make, seed, ref, kw):
     "Largest change of a token advantage when the hidden space is rotated (h -> Q h)."
     h, m, r, g = make(seed)
     adv, _ = hara_advantages(h, m, r, g, group_reference=ref, **kw, **TIGHT)
-    adv_q, _ = hara_advantages(h @ rotation(h.shape[-1], seed).T, m, r, g, group_reference=ref, **kw, **TIGHT)
+    hq = h @ rotation(h.shape[-1], seed).T  # (B, T, d)
+    adv_q, _ = hara_advantages(hq, m, r, g, group_reference=ref, **kw, **TIGHT)
     return float((adv - adv_q).abs().max())
 
 # ---------------------------------------------------------------- rotation invariance
@@ -65,36 +68,42 @@ def test_one_changed_span_leaves_the_copies_exactly_at_one(dtype, gran):
     "A rollout equal to its group except for one span: the other rollouts keep w = 1 bit for bit."
     h, m, r, g, span = one_changed_span(dtype)
     K = len(r) // 2
-    _, rw = hara_advantages(h, m, r, g, granularity=gran, **(dict(span_len=2) if gran == 'span' else {}))
+    kw = dict(span_len=2) if gran == 'span' else {}
+    _, rw = hara_advantages(h, m, r, g, granularity=gran, **kw)
     copies = [k for k in range(2 * K) if k not in (1, K + 1)]
     assert (rw.weights[copies] == 1).all()
     for i in (1, K + 1):
         assert (rw.weights[i][span[i]] != 1).all()  # reweighted on the span
         if gran == 'tok': assert float((rw.weights[i] - 1).abs()[m[i] & ~span[i]].max()) <= 5e-3
 
-@given(st.integers(0, 2 ** 16), st.integers(1, 4), st.integers(1, 5), st.sampled_from([torch.float32, torch.float64]))
+@given(st.integers(0, 2 ** 16), st.integers(1, 4), st.integers(1, 5),
+       st.sampled_from([torch.float32, torch.float64]))
 @SETTINGS
 def test_majority_point_and_two_members_are_exact(seed, extra, D, dtype):
     g = torch.Generator().manual_seed(seed)
     p, others = torch.randn(D, generator=g).to(dtype), torch.randn(extra, D, generator=g).to(dtype)
-    v = torch.cat([p.expand(extra + 1, D), others])[torch.randperm(2 * extra + 1, generator=g)]  # a majority at p
+    v = torch.cat([p.expand(extra + 1, D), others])  # (2 extra + 1, D) a majority at p
+    v = v[torch.randperm(len(v), generator=g)]
     one = torch.zeros(len(v), dtype=torch.long), torch.ones(len(v), dtype=torch.bool)
     assert (group_geometric_median(v, *one)[0] == p).all()
     two = torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool)
-    assert (group_geometric_median(others[:1].expand(2, D) * torch.tensor([[1.], [-1.]], dtype=dtype), *two)[0] == 0).all()
+    pm = others[:1].expand(2, D) * torch.tensor([[1.], [-1.]], dtype=dtype)  # (2, D) a point and its opposite
+    assert (group_geometric_median(pm, *two)[0] == 0).all()
     mid = (others[0] + p) / 2
     assert (group_geometric_median(torch.stack([p, others[0]]), *two)[0] == mid).all()
 
-# ---------------------------------------------------------------- against a brute-force minimisation
+# ------------------------------------------------------------ against a brute-force minimisation
 @given(st.integers(0, 2 ** 16), st.integers(3, 7), st.integers(2, 5))
 @SETTINGS
 def test_geometric_median_minimises_the_sum_of_distances(seed, K, D):
-    "f(ours) <= f(scipy's minimiser) to rounding, and the two points agree (random points are not on a line)."
-    y = torch.randn(1, K, D, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)  # (1, K, D)
+    "f(ours) <= f(scipy's minimiser) to rounding, and the points agree (random points: not on a line)."
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randn(1, K, D, generator=g, dtype=torch.float64)  # (1, K, D)
     m, info = geometric_median(y, torch.ones(1, K, dtype=torch.bool))
     f = lambda x: np.linalg.norm(y[0].numpy() - x, axis=1).sum()
-    best = min((minimize(f, x0, method='Powell', options=dict(xtol=1e-12, ftol=1e-15)) for x0 in (y[0].mean(0).numpy(), m[0].numpy())),
-               key=lambda res: res.fun)
+    opts = dict(xtol=1e-12, ftol=1e-15)
+    starts = (y[0].mean(0).numpy(), m[0].numpy())
+    best = min((minimize(f, x0, method='Powell', options=opts) for x0 in starts), key=lambda res: res.fun)
     assert info['converged']
     assert f(m[0].numpy()) <= best.fun * (1 + 1e-12)
     spread = float((y[0] - y[0].mean(0)).norm(dim=-1).mean())
