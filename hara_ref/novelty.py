@@ -11,14 +11,14 @@ import torch
 from .fgw_barycenter import sq_dists
 from .fgw import chain_positions
 from .linearization import group_barycenters, feature_scales, rollout_costs, linear_cost, chain_tau_bar, lift
-from hara_ref.rollouts import (
+from .rollouts import (
     check_rollouts, check_scalar, check_binary, outcome_groups, pack_slots, group_mean,
-    group_median)
+    group_median, group_geometric_median)
 
 # %% auto #0
-__all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'lifted_cost', 'token_contributions', 'token_novelty', 'sequence_novelty',
-           'span_novelty', 'relative_novelty', 'local_assignment', 'stage_versions', 'version_excess',
-           'relative_to_group', 'Novelty', 'stage_novelty', 'hara_novelty']
+__all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'MEDIAN_DEFAULTS', 'lifted_cost', 'token_contributions', 'token_novelty',
+           'sequence_novelty', 'span_novelty', 'relative_novelty', 'local_assignment', 'stage_versions',
+           'version_excess', 'relative_to_group', 'Novelty', 'stage_novelty', 'hara_novelty']
 
 # %% ../nbs/09a_novelty.ipynb #a54016f4
 def lifted_cost(
@@ -106,7 +106,7 @@ def stage_versions(
 def version_excess(
     q:torch.Tensor, # (B, T, L_b) local assignments (`local_assignment`)
     y:torch.Tensor, # (B, L_b, D) each rollout's stage versions
-    y_ref:torch.Tensor, # (B, L_b, D) its group's versions (`group_median`)
+    y_ref:torch.Tensor, # (B, L_b, D) its group's versions (`group_geometric_median`)
     mask:torch.Tensor, # (B, T) bool
 ) -> tuple:
     "Stage novelty ν[i,j] = ‖y[i,j] - ȳ[g,j]‖² (B, L_b), token excess e[i,t] = Σ_j (q[t,j]/a_t) ν[i,j] (B, T), sequence excess Σ_j (Σ_t q[t,j]) ν[i,j] (B,)."
@@ -148,6 +148,8 @@ class Novelty:
     excess_seq: torch.Tensor|None = None # (B,) sequence excess Σ_j m_{i,j} ν_{i,j}
     nbar: torch.Tensor|None = None     # (B,) the group's mean novelty n̄_g (mean LFGW over the group), 0 if not computed
     stage_nov: torch.Tensor|None = None # (B, L_b) stage novelty ν_{i,j} = ‖y_{i,j} - ȳ_{g,j}‖² (0 if not computed)
+    group_reference: str = 'geometric' # how ȳ_{g,j} was taken: 'geometric' or 'entrywise' median
+    ref_iters: int|None = None # Weiszfeld steps of the geometric reference (None: entrywise or none)
 
     @property
     def bary_sizes(self) -> torch.Tensor:
@@ -173,6 +175,9 @@ BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=F
 
 # %% ../nbs/09a_novelty.ipynb #d2cfc5d3
 FINAL_SINKHORN = dict(num_iter_max=5000, stop_thr=1e-6, warn=False)  # the final plans' solver settings (ours; a cap, never reached by Newton)
+
+# %% ../nbs/09a_novelty.ipynb #9eb14450
+MEDIAN_DEFAULTS = dict(tol=1e-9, max_iter=200)  # the geometric group reference's solver settings (ours); caps go to notes
 
 # %% ../nbs/09a_novelty.ipynb #0235fdcb
 def _group_notes(
@@ -204,6 +209,14 @@ def _cap_notes(info:dict, bary_kw:dict, final_kw:dict|None, kind:str='linearized
                      "fgw's max_iter")
     return notes
 
+# %% ../nbs/09a_novelty.ipynb #86c8c68b
+def _median_notes(info:dict, median_kw:dict|None) -> list:
+    "A note when the geometric group reference stopped at its cap on some stages."
+    if info['converged']: return []
+    mk = {**MEDIAN_DEFAULTS, **(median_kw or {})}
+    return [f"geometric group reference: {info['unconverged']} of {info['nodes']} stage medians stopped at "
+            f"max_iter={mk['max_iter']} above tol={mk['tol']:.0e}"]
+
 # %% ../nbs/09a_novelty.ipynb #430ea7bf
 def stage_novelty(
     hidden:torch.Tensor, # (B, T, d) hidden states (checked)
@@ -212,12 +225,15 @@ def stage_novelty(
     Z:torch.Tensor, # (G', L_b, d) barycenter supports
     og:torch.Tensor, # (B,) outcome group of each rollout (whose median)
     alpha:float=0.25, reg:float=0.05, normalize:str='unit', # as the barycenter was computed
+    group_reference:str='geometric', # ȳ: 'geometric' (`group_geometric_median`) | 'entrywise' (`group_median`)
+    median_kw:dict|None=None, # tol, max_iter of `group_geometric_median` (default `MEDIAN_DEFAULTS`)
 ) -> tuple:
-    "`local_assignment` → `stage_versions` → `group_median` → `version_excess` for the computed rollouts: ν (B, L_b), e (B, T), sequence excess (B,); 0 elsewhere."
+    """Stage novelty ν (B, L_b), token excess e (B, T), sequence excess (B,) of the computed rollouts
+    (0 elsewhere), and the geometric median's info (None for 'entrywise')."""
     B, T, d = hidden.shape
     nu, e, e_seq = hidden.new_zeros(B, Z.shape[-2]), hidden.new_zeros(B, T), hidden.new_zeros(B)
     rows, ends = (gc >= 0).nonzero().flatten(), mask.sum(-1)  # (R,), (B,) prefix masks: one past the last real token
-    if rows.numel() == 0: return nu, e, e_seq
+    if rows.numel() == 0: return nu, e, e_seq, None
     h, s, hh = feature_scales(hidden, mask, normalize)  # (B, T, d), (B, T), (B, T)
     tau = chain_positions(mask, hidden.dtype)  # (B, T)
     pos = alpha * linear_cost(tau, chain_tau_bar(Z.shape[-2], hidden.dtype, hidden.device)) * mask.unsqueeze(-1) if alpha else None  # (B, T, L_b)
@@ -228,8 +244,13 @@ def stage_novelty(
     y[..., :d] *= math.sqrt(1 - alpha)
     y[..., d] = math.sqrt(2 * alpha) * (q * tau[rows].unsqueeze(-1)).sum(-2)  # (R, L_b) the position coordinate
     y /= q.sum(-2).unsqueeze(-1)  # (R, L_b, d+1) = `stage_versions(q, φ)`
-    nu[rows], e[rows], e_seq[rows] = version_excess(q, y, group_median(y, og[rows], torch.ones_like(rows, dtype=torch.bool)), mask[rows])
-    return nu, e, e_seq
+    member, info = torch.ones_like(rows, dtype=torch.bool), None  # (R,)
+    if group_reference == 'entrywise': y_ref = group_median(y, og[rows], member)  # (R, L_b, d+1)
+    else:
+        mk = {**MEDIAN_DEFAULTS, **(median_kw or {}), 'warn': False}  # a cap goes to hara_novelty's notes
+        y_ref, info = group_geometric_median(y, og[rows], member, **mk)  # (R, L_b, d+1)
+    nu[rows], e[rows], e_seq[rows] = version_excess(q, y, y_ref, mask[rows])
+    return nu, e, e_seq, info
 
 # %% ../nbs/09a_novelty.ipynb #943c4635
 def hara_novelty(
@@ -248,11 +269,15 @@ def hara_novelty(
     sinkhorn_kw:dict|None=None, # keyword arguments for that final `sinkhorn_log` (num_iter_max, stop_thr, ...)
     checked:bool=False, # the inputs already went through `check_rollouts` (skip a second pass over hidden)
     barycenter:str='linearized', # 'linearized' (`group_barycenters`) | 'exact' (chapter 09d's `exact_group_barycenters`; no final plans)
+    group_reference:str='geometric', # the group's stage versions: 'geometric' median (ours) | 'entrywise' median
+    median_kw:dict|None=None, # tol, max_iter of the geometric median (`MEDIAN_DEFAULTS`)
 ) -> Novelty:
     "Token and sequence novelty of every rollout relative to its outcome group's barycenter, linearized or exact (nbs/hara_math.ipynb §6)."
     hidden, mask, rewards, group_ids, notes = (hidden, mask, rewards, group_ids, []) if checked else check_rollouts(hidden, mask, rewards, group_ids)
     if metric not in ('fgw', 'w', 'gw', 'embed'): raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {metric!r}")
     if barycenter not in ('linearized', 'exact'): raise ValueError(f"barycenter must be 'linearized' or 'exact', got {barycenter!r}")
+    if group_reference not in ('geometric', 'entrywise'):
+        raise ValueError(f"group_reference must be 'geometric' or 'entrywise', got {group_reference!r}")
     if normalize not in ('unit', 'none', 'mean_norm'):
         raise ValueError(f"normalize must be 'unit', 'none' or 'mean_norm', got {normalize!r}")
     alpha = {'w': 0., 'gw': 1.}.get(metric, check_scalar('alpha', alpha, 0, 1))  # checked always
@@ -267,6 +292,7 @@ def hara_novelty(
     slots = pack_slots(og, computed)  # (G', K) the computed groups' members (a record: the barycenter reads `hidden` in place)
     zeros = hidden.new_zeros(B, T)  # (B, T)
     contrib, excess, excess_seq, nbar, stage_nov = zeros, zeros, hidden.new_zeros(B), hidden.new_zeros(B), hidden.new_zeros(B, L_b)
+    ref_iters = None  # Weiszfeld steps of the geometric group reference
     Z, tau_bar, it, sk, iters = hidden.new_zeros(0, L_b, d), torch.linspace(0, 1, L_b, dtype=hidden.dtype, device=hidden.device), None, None, torch.zeros(0, dtype=torch.long)
     if slots.numel():
         groups = torch.unique(og[computed])  # (G',) computed outcome groups, in the order of `slots`
@@ -287,10 +313,14 @@ def hara_novelty(
         if metric == 'embed':  # no plan: the sequence-level distance, compared with the group's mean
             excess_seq = (contrib.sum(-1) - nbar) * computed; excess = excess_seq[:, None] * mask  # (B,), (B, T)
         else:
-            stage_nov, excess, excess_seq = stage_novelty(hidden, mask, gc, Z, og, alpha, reg, normalize)  # (B, L_b), (B, T), (B,)
+            stage_nov, excess, excess_seq, ref = stage_novelty(
+                hidden, mask, gc, Z, og, alpha, reg, normalize, group_reference, median_kw)  # (B, L_b), (B, T), (B,)
+            ref_iters, caps = (None, []) if ref is None else (ref['n_iter'], _median_notes(ref, median_kw))
+            for n in caps: warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)
+            notes += caps
     n_tok = token_novelty(contrib, mask)  # (B, T)
     return Novelty(contrib, n_tok, sequence_novelty(n_tok, mask), og, gsize, computed, slots, Z, tau_bar, it, sk, metric, notes,
-                   iters, excess, excess_seq, nbar, stage_nov)
+                   iters, excess, excess_seq, nbar, stage_nov, group_reference, ref_iters)
 
 # %% ../nbs/09a_novelty.ipynb #83246ab3
 def _embed_contributions(

@@ -6,12 +6,14 @@
 from __future__ import annotations
 import math, numbers
 from dataclasses import dataclass, field
+import warnings
 import torch
 from .grpo import base_advantages
 
 # %% auto #0
 __all__ = ['check_rollouts', 'check_scalar', 'check_binary', 'outcome_groups', 'pack_slots', 'step_boundaries', 'span_ids',
-           'group_mean', 'group_median', 'Reweighting', 'base_or_given', 'apply_weights']
+           'group_mean', 'group_median', 'geometric_median', 'group_geometric_median', 'Reweighting', 'base_or_given',
+           'apply_weights']
 
 # %% ../nbs/09_rollouts.ipynb #e5fa9479
 def check_rollouts(
@@ -187,6 +189,124 @@ def group_median(
     med = torch.where(n > 0, (lo + hi) / 2, torch.nan).squeeze(1)  # (G', ...)
     gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=len(med) - 1)  # (B,) each rollout's group among the G'
     return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med[gi], out)
+
+# %% ../nbs/09_rollouts.ipynb #f7381c2a
+def _kuhn_data_point(
+    P:torch.Tensor, # (N, K, D) the members' points of N nodes (absent members: any finite row)
+    here:torch.Tensor, # (N, K) bool, members present
+) -> tuple:
+    "Nodes whose geometric median is a data point (Kuhn's test): found (N,) bool, point (N, D)."
+    N, K, D = P.shape
+    found, point = here.new_zeros(N), P.new_full((N, D), torch.nan)  # (N,), (N, D)
+    tiny = torch.finfo(P.dtype).tiny
+    margin = 16 * K * torch.finfo(P.dtype).eps  # rounding of a sum of K unit vectors
+    for a in range(K):  # candidate p = the a-th member's point
+        diff = P - P[:, a:a + 1]  # (N, K, D) y_k - p
+        dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
+        at = here & (dist == 0)  # (N, K) members sitting at p
+        # R(p) = Σ_{y_k ≠ p} (y_k - p)/‖y_k - p‖; p is a minimiser iff ‖R(p)‖ <= w(p) = #{y_k = p}
+        u = diff / dist.clamp_min(tiny)[..., None]  # (N, K, D) unit vectors from p
+        r = torch.linalg.vector_norm((u * (here & ~at)[..., None]).sum(1), dim=-1)  # (N,) ‖R(p)‖
+        ok = here[:, a] & (r < at.sum(-1).to(P.dtype) - margin) & ~found  # strict: p the only one
+        point, found = torch.where(ok[:, None], P[:, a], point), found | ok
+    return found, point
+
+# %% ../nbs/09_rollouts.ipynb #b8ba8391
+def _weiszfeld_step(
+    P:torch.Tensor, # (N, K, D) points
+    here:torch.Tensor, # (N, K) bool, present
+    m:torch.Tensor, # (N, D) current iterate
+) -> torch.Tensor:
+    "One Weiszfeld step, with Vardi and Zhang's rule where m sits on data points; (N, D)."
+    diff = P - m[:, None]  # (N, K, D) y_k - m
+    dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
+    tiny, at = torch.finfo(P.dtype).tiny, here & (dist == 0)  # (N, K) members at m
+    inv = (here & ~at) / dist.clamp_min(tiny)  # (N, K) Weiszfeld weights 1/‖y_k - m‖
+    R = (inv[..., None] * diff).sum(1)  # (N, D) R(m) = Σ_k (y_k - m)/‖y_k - m‖
+    # T(m) = Σ_k y_k/‖y_k - m‖ / Σ_k 1/‖y_k - m‖ = m + R(m) / Σ_k 1/‖y_k - m‖
+    T = m + R / inv.sum(-1, keepdim=True).clamp_min(tiny)  # (N, D)
+    # Vardi-Zhang: m' = (1 - β) T + β m, β = min(1, η/‖R‖), η = members at m (0 off the data)
+    r = torch.linalg.vector_norm(R, dim=-1, keepdim=True)  # (N, 1)
+    beta = (at.sum(-1, keepdim=True) / r.clamp_min(tiny)).clamp(max=1)  # (N, 1)
+    return (1 - beta) * T + beta * m  # (N, D)
+
+# %% ../nbs/09_rollouts.ipynb #7011c717
+def _newton_step(
+    P:torch.Tensor, # (N, K, D) points
+    here:torch.Tensor, # (N, K) bool, present
+    m:torch.Tensor, # (N, D) current iterate, off the data points
+) -> torch.Tensor:
+    "Newton's step on f(m) = Σ_k ‖y_k - m‖, solved in K x K by Woodbury's identity; (N, D), nan on data points."
+    diff = P - m[:, None]  # (N, K, D) y_k - m
+    dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
+    tiny = torch.finfo(P.dtype).tiny
+    inv = here / dist.clamp_min(tiny)  # (N, K) 1/‖y_k - m‖ (0 for absent members)
+    s = inv.sum(-1, keepdim=True)  # (N, 1)
+    U = diff * inv[..., None]  # (N, K, D) rows u_k = (y_k - m)/‖y_k - m‖
+    R = U.sum(1)  # (N, D) -∇f(m)
+    # ∇²f = s I - Uᵀ diag(1/‖y_k - m‖) U, so (∇²f)⁻¹ R = (R + Uᵀ M⁻¹ U R)/s, M = diag(s ‖y_k - m‖) - U Uᵀ
+    M = torch.diag_embed(torch.where(here, s * dist, 1.)) - U @ U.transpose(-1, -2)  # (N, K, K)
+    c = torch.linalg.solve_ex(M, U @ R[..., None])[0]  # (N, K, 1)
+    step = (R + (U.transpose(-1, -2) @ c).squeeze(-1)) / s  # (N, D)
+    return torch.where((here & (dist == 0)).any(-1, keepdim=True), torch.nan, m + step)  # (N, D)
+
+# %% ../nbs/09_rollouts.ipynb #6ecbe7d9
+def _sum_dist(P:torch.Tensor, here:torch.Tensor, m:torch.Tensor) -> torch.Tensor:
+    "f(m) = Σ_k ‖y_k - m‖ over the present points of each node, (N,) (nan if m is)."
+    return (torch.linalg.vector_norm(P - m[:, None], dim=-1) * here).sum(-1)  # (N,)
+
+# %% ../nbs/09_rollouts.ipynb #895cba52
+def geometric_median(
+    P:torch.Tensor, # (N, K, D) points of N independent problems (absent rows: any finite values)
+    here:torch.Tensor, # (N, K) bool, points present
+    tol:float=1e-9, # stop when a step is below tol x the points' mean distance from their mean
+    max_iter:int=200, # cap on steps
+) -> tuple:
+    "Geometric median of each node's present points (N, D) (nan if none), and the solver's info."
+    n, eps = here.sum(-1), torch.finfo(P.dtype).eps  # (N,)
+    mean = (P * here[..., None]).sum(1) / n.clamp(min=1)[:, None]  # (N, D) coordinatewise mean
+    found, m = _kuhn_data_point(P, here)  # (N,), (N, D) one member, copies, a majority, ...
+    start = torch.where(n[:, None] > 0, mean, torch.nan)  # (N, D) two members: their midpoint, done
+    m = torch.where(found[:, None], m, start)  # (N, D)
+    dev = torch.linalg.vector_norm(P - mean[:, None], dim=-1)  # (N, K)
+    spread = (dev * here).sum(-1) / n.clamp(min=1)  # (N,) mean distance from the mean
+    rounding = 16 * eps * torch.linalg.vector_norm(mean, dim=-1)  # (N,)
+    thr = max(tol, 16 * eps) * spread + rounding  # (N,) step tolerance
+    active, it = (n >= 3) & ~found, 0  # (N,) nodes left to iterate
+    while active.any() and it < max_iter:
+        i = active.nonzero().flatten()  # (N',)
+        Pi, hi, mi = P[i], here[i], m[i]  # (N', K, D), (N', K), (N', D)
+        w, nt = _weiszfeld_step(Pi, hi, mi), _newton_step(Pi, hi, mi)  # (N', D) each
+        better = _sum_dist(Pi, hi, nt) < _sum_dist(Pi, hi, w)  # (N',) False where nt is nan
+        new = torch.where(better[:, None], nt, w)  # (N', D)
+        active[i] = torch.linalg.vector_norm(new - mi, dim=-1) > thr[i]
+        m[i], it = new, it + 1
+    left = int(active.sum())
+    return m, dict(converged=left == 0, n_iter=it, unconverged=left, nodes=len(n))
+
+# %% ../nbs/09_rollouts.ipynb #8dd0d9f8
+def group_geometric_median(
+    v:torch.Tensor, # (B, ..., D) one D-vector per rollout and node; a row with nan = missing
+    og:torch.Tensor, # (B,) outcome group of each rollout
+    member:torch.Tensor, # (B,) bool, rollouts that count
+    *, tol:float=1e-9, # stop on steps below tol x the node's spread (at least the dtype's rounding)
+    max_iter:int=200, # cap on steps (reported in the info dict, and warned about)
+    warn:bool=True, # warn when the cap is hit
+) -> tuple:
+    "Geometric median of each group's members per node, per rollout (B, ..., D) (0: non-members); info."
+    slots, out = pack_slots(og, member), torch.zeros_like(v)  # (G', K) members, -1 = none
+    if slots.numel() == 0: return out, dict(converged=True, n_iter=0, unconverged=0, nodes=0)
+    (G, K), mid, D = slots.shape, v.shape[1:-1], v.shape[-1]
+    P = v[slots.clamp(min=0)].movedim(1, -2)  # (G', ..., K, D)
+    here = (slots >= 0).reshape(G, *[1] * len(mid), K) & ~P.isnan().any(-1)  # (G', ..., K)
+    P = torch.where(here[..., None], P, 0.)  # absent rows: finite, never read
+    med, info = geometric_median(P.reshape(-1, K, D), here.reshape(-1, K), tol, max_iter)  # (N, D)
+    if warn and not info['converged']:
+        warnings.warn(f"group_geometric_median: {info['unconverged']} of {info['nodes']} nodes "
+                      f"stopped at max_iter={max_iter} above tol={tol:.0e}", RuntimeWarning, 2)
+    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=G - 1)  # (B,) among the G'
+    med = med.reshape(G, *mid, D)[gi]  # (B, ..., D)
+    return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med, out), info
 
 # %% ../nbs/09_rollouts.ipynb #318811e5
 @dataclass
