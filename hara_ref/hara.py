@@ -12,18 +12,23 @@ from .novelty import (
     BARY_DEFAULTS, FINAL_SINKHORN, Novelty, lifted_cost, token_contributions, token_novelty, sequence_novelty,
     span_novelty, relative_novelty, local_assignment, stage_versions, version_excess, relative_to_group,
     stage_novelty, hara_novelty)
+from .grpo import group_advantages
+from .fgw import normalize_features, chain_positions
+from .lfgw import chain_tau_bar, lift, linearized_barycenter_reference
+from .entropic import sinkhorn_reference
+from .rollouts import group_geometric_median
 from .baselines import (
     SHEAR_SINKHORN, window_starts, shear_weights, token_entropy, entropy_weights, position_weights, shear_advantages,
     entropy_advantages, position_advantages, _labels_only)
 
 # %% auto #0
-__all__ = ['METHODS', 'hara_weights', 'hara_advantages', 'reweight_advantages', 'check_rollouts', 'outcome_groups', 'pack_slots',
-           'step_boundaries', 'span_ids', 'group_mean', 'group_median', 'Reweighting', 'base_or_given', 'apply_weights',
-           'BARY_DEFAULTS', 'FINAL_SINKHORN', 'Novelty', 'lifted_cost', 'token_contributions', 'token_novelty',
-           'sequence_novelty', 'span_novelty', 'relative_novelty', 'local_assignment', 'stage_versions',
-           'version_excess', 'relative_to_group', 'stage_novelty', 'hara_novelty', 'SHEAR_SINKHORN', 'window_starts',
-           'shear_weights', 'token_entropy', 'entropy_weights', 'position_weights', 'shear_advantages',
-           'entropy_advantages', 'position_advantages']
+__all__ = ['METHODS', 'hara_weights', 'hara_reference', 'hara_advantages', 'reweight_advantages', 'check_rollouts',
+           'outcome_groups', 'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median', 'Reweighting',
+           'base_or_given', 'apply_weights', 'BARY_DEFAULTS', 'FINAL_SINKHORN', 'Novelty', 'lifted_cost',
+           'token_contributions', 'token_novelty', 'sequence_novelty', 'span_novelty', 'relative_novelty',
+           'local_assignment', 'stage_versions', 'version_excess', 'relative_to_group', 'stage_novelty', 'hara_novelty',
+           'SHEAR_SINKHORN', 'window_starts', 'shear_weights', 'token_entropy', 'entropy_weights', 'position_weights',
+           'shear_advantages', 'entropy_advantages', 'position_advantages']
 
 # %% ../nbs/09c_hara.ipynb #3e203030
 _all_ = ['check_rollouts', 'outcome_groups', 'pack_slots', 'step_boundaries', 'span_ids', 'group_mean',
@@ -51,6 +56,39 @@ def hara_weights(
     if x.ndim == 2: sA, act = sA[:, None], act[:, None]
     w = (1 + sA * kappa * (x - 1)).clamp(w_min, w_max)  # (B, T) or (B,)
     return torch.where(act, w, torch.ones_like(w))
+
+# %% ../nbs/09c_hara.ipynb #onescr02
+def hara_reference(
+    hidden:torch.Tensor, # (G, T, d) hidden states of one prompt's G rollouts
+    mask:torch.Tensor, # (G, T) bool, True on a prefix of each row (no empty rollout)
+    rewards:torch.Tensor, # (G,) rewards
+    alpha:float=0.25, L_b:int=32, reg:float=0.05, # FGW trade-off, barycenter size, entropic epsilon
+    kappa:float=1.0, w_min:float=0.5, w_max:float=2.0, # the weight map
+    tol:float=1e-10, # the barycenter iteration stops when Z moves by at most this
+) -> torch.Tensor: # (G, T) HARA-tok advantages A_i w_{i,t} (0 on padding)
+    "HARA-tok for one prompt, from the reference pieces: barycenter, plans, stage versions, group reference, weights."
+    G, T, d = hidden.shape
+    A = group_advantages(rewards, torch.zeros(G, dtype=torch.long))  # (G,) Eq. (3)
+    h = normalize_features(hidden, how='unit') * mask[..., None]  # (G, T, d)
+    tau, tau_bar = chain_positions(mask, h.dtype), chain_tau_bar(L_b, h.dtype)  # (G, T), (L_b,)
+    b = torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (L_b,) barycenter weights
+    w = torch.ones(G, T, dtype=h.dtype)  # (G, T) weight 1 unless reweighted
+    for r in rewards.unique():  # each outcome group g: the rollouts with the same reward
+        g = (rewards == r).nonzero()[:, 0]  # (K,)
+        if A[g[0]] == 0: continue  # no advantage, nothing to reweight
+        Z, _ = linearized_barycenter_reference(hidden[g], mask[g], alpha, L_b, reg, tol=tol)  # (L_b, d)
+        C = lifted_cost(h[g], tau[g], Z, tau_bar, alpha)  # (K, T, L_b) C_{t,j}, Lemma 3.1
+        a = mask[g].to(h.dtype) / mask[g].sum(-1, keepdim=True)  # (K, T) token weights 1/L_i
+        plans = torch.stack([sinkhorn_reference(a[k], b, C[k], reg, 1e-12)[0] for k in range(len(g))])
+        n_bar = (plans * C).sum((-2, -1)).mean()  # the group's mean LFGW distance
+        q = local_assignment(C, mask[g], reg)  # (K, T, L_b) where each token sits on the barycenter
+        y = stage_versions(q, lift(h[g], tau[g], alpha))  # (K, L_b, d+1) each rollout's version of a stage
+        member = torch.ones(len(g), dtype=torch.bool)  # (K,)
+        y_ref = group_geometric_median(y, torch.zeros(len(g), dtype=torch.long), member)[0]  # (K, L_b, d+1)
+        _, e, _ = version_excess(q, y, y_ref, mask[g])  # (K, T) token excess over the group
+        x = relative_to_group(e, n_bar.expand(len(g)), mask[g])  # (K, T) x = 1 + e / n_bar
+        w[g] = hara_weights(x, A[g], kappa=kappa, w_min=w_min, w_max=w_max)  # clip(1 + sign(A) kappa (x - 1))
+    return A[:, None] * w * mask  # (G, T)
 
 # %% ../nbs/09c_hara.ipynb #c2ecf4f5
 def hara_advantages(

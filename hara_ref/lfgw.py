@@ -7,7 +7,7 @@ from __future__ import annotations
 import math, warnings
 import torch
 import ot
-from .sinkhorn import sinkhorn_log, sinkhorn_reference
+from .sinkhorn import sinkhorn_log, sinkhorn_reference, ConvergenceWarning
 from .fgw import chain_positions, normalize_features
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
@@ -137,20 +137,33 @@ def barycenter_cost(phi:torch.Tensor,     # (..., K, T, d+1) lifted rollouts
     return sq_dists(phi, phi_bar.unsqueeze(-3))  # (..., K, T, L_b)
 
 # %% ../nbs/06_linearization.ipynb #06a8a786
-def linearized_barycenter_reference(h:torch.Tensor,    # (K, T, d) hidden states of one group's rollouts
-                                    mask:torch.Tensor, # (K, T) bool, True on real tokens (every rollout has one)
-                                    alpha:float=0.25, L_b:int=32, reg:float=0.05, # FGW trade-off, barycenter size, $\varepsilon$
-                                    n_iter:int=50,     # barycenter iterations (no stopping rule)
-                                    stop_thr:float=1e-12 # Sinkhorn's marginal tolerance
-                                   ) -> tuple:         # Z (L_b, d), the last plans (K, T, L_b) (against the Z before it)
-    "Linearized FGW barycenter of one group by block-coordinate descent: plans by `sinkhorn_reference`, then $Z = \\operatorname{diag}(1/b)\\sum_i\\lambda_iT_i^\\top H_i$."
+def linearized_barycenter_reference(
+    h:torch.Tensor, # (K, T, d) hidden states of one group's rollouts
+    mask:torch.Tensor, # (K, T) bool, True on real tokens (every rollout has one)
+    alpha:float=0.25, L_b:int=32, reg:float=0.05, # FGW trade-off, barycenter size, $\varepsilon$
+    max_iter:int=1000, # most barycenter iterations
+    tol:float=1e-10, # stop when an iteration moves Z by at most this (max |Z_new - Z|); 0: run max_iter
+    stop_thr:float=1e-12, # Sinkhorn's marginal tolerance
+    warn:bool=True, # a `ConvergenceWarning` when max_iter is reached with tol > 0
+    log:bool=False, # also return dict(n_iter, change, converged)
+) -> tuple: # Z (L_b, d), the last plans (K, T, L_b) (against the Z before it)[, log]
+    "Linearized FGW barycenter of one group by block-coordinate descent: plans, then the feature step."
     hn = normalize_features(h, how='unit') * mask.unsqueeze(-1)  # (K, T, d)
-    phi, tau_bar = lift(hn, chain_positions(mask, h.dtype), alpha), chain_tau_bar(L_b, h.dtype)  # (K, T, d+1), (L_b,)
-    a, b = mask.to(h.dtype) / mask.sum(-1, keepdim=True), torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (K, T), (L_b,)
+    phi = lift(hn, chain_positions(mask, h.dtype), alpha)  # (K, T, d+1)
+    tau_bar = chain_tau_bar(L_b, h.dtype)  # (L_b,)
+    a = mask.to(h.dtype) / mask.sum(-1, keepdim=True)  # (K, T)
+    b = torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (L_b,)
     lam = torch.full((len(h),), 1 / len(h), dtype=h.dtype)  # (K,)
     Z = barycenter_update(monotone_plan(a, b), hn, lam)  # (L_b, d) start: the order-preserving plans
-    for _ in range(n_iter):
-        M = barycenter_cost(phi, Z, tau_bar, alpha)  # (K, T, L_b)  lifted cost
-        plans = torch.stack([sinkhorn_reference(a[i], b, M[i], reg, stop_thr)[0] for i in range(len(h))])  # (K, T, L_b)
-        Z = barycenter_update(plans, hn, lam)  # (L_b, d)  feature step
-    return Z, plans
+    for it in range(1, max_iter + 1):
+        M = barycenter_cost(phi, Z, tau_bar, alpha)  # (K, T, L_b) lifted cost
+        plans = torch.stack([sinkhorn_reference(a[i], b, M[i], reg, stop_thr)[0] for i in range(len(h))])
+        # Z = diag(1/b) sum_i lambda_i T_i^T H_i, the feature step
+        Z_new = barycenter_update(plans, hn, lam)  # (L_b, d)
+        change, Z = (Z_new - Z).abs().max(), Z_new
+        if change <= tol: break
+    converged = bool(change <= tol)
+    if warn and tol > 0 and not converged:
+        warnings.warn(f"linearized_barycenter_reference: stopped at max_iter={max_iter} with Z still moving by "
+                      f"{float(change):.1e} > tol={tol:.0e}", ConvergenceWarning, stacklevel=2)
+    return (Z, plans, dict(n_iter=it, change=float(change), converged=converged)) if log else (Z, plans)

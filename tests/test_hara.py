@@ -315,3 +315,26 @@ def test_bench_quick(capsys):
         assert key in out, out
     ratio = float(out.split('ratio:')[1].split()[0])
     assert ratio > 0 and math.isfinite(ratio)
+
+
+@pytest.mark.parametrize('case', ['planted', 'random'])
+def test_hara_reference_equals_the_oracle(case):
+    "The one-screen reference and the batched oracle give the same advantages (float64, both solved tightly)."
+    from hara_ref.hara import hara_reference
+    from hara_ref.data import planted_stage_rollouts
+    if case == 'planted':
+        pr = planted_stage_rollouts(K=4, n_stages=3, d=6, stage_len=(2, 3), noise=0.3, seed=0, substitute=(1, 1))
+        h, m, L_b = pr.hidden, pr.mask, 6
+    else:
+        g = torch.Generator().manual_seed(1)
+        h = torch.randn(4, 6, 4, generator=g, dtype=torch.float64)  # (G, T, d)
+        m, L_b = torch.arange(6) < torch.tensor([6, 4, 5, 6])[:, None], 4  # (G, T)
+    r = torch.tensor([1., 1., 0., 0.], dtype=torch.float64)
+    tight = dict(bary_kw=dict(tol=1e-11, max_iter=5000), sinkhorn_kw=dict(stop_thr=1e-13), median_kw=dict(tol=1e-13))
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # the oracle's tight tolerance may stop at its cap on the random case
+        fast = hara_advantages(h, m, r, torch.zeros(4, dtype=torch.long), L_b=L_b, reg=0.5, **tight)[0]
+    ref = hara_reference(h, m, r, L_b=L_b, reg=0.5, tol=1e-12)  # (G, T)
+    assert (ref != r.new_zeros(1)).any() and float((ref - fast).abs().max()) < 1e-8
+    A = base_advantages(r, torch.zeros(4, dtype=torch.long))  # (G,)
+    assert float((ref / A[:, None] - 1)[m].abs().max()) > 1e-3  # the weights are not all 1: a check that can fail
