@@ -12,15 +12,17 @@ import torch
 from .data import sum_task
 from .countdown import _sum_demo
 from .rlvr import extract_boxed, mean_accuracy, mean_pass_at_k
-from .grpo import ppo_clip_loss, masked_mean, dynamic_sampling_mask, overlong_penalty
+from .grpo import group_advantages, ppo_clip_loss, masked_mean, dynamic_sampling_mask, overlong_penalty
+from .hara import hara_advantages
 from .policy import (_replace_dir, load_policy, save_policy, encode_prompts, pad_id, sample, policy_forward,
                              append_jsonl, read_jsonl, read_json, save_checkpoint,
                              load_trainer_state, checkpoint_problem)
 
 # %% auto #0
 __all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'REWEIGHTS', 'ALLOCATIONS', 'LOSS_AGG', 'builtin_items', 'load_jsonl', 'sft_batch',
-           'sft', 'rewards_of', 'distinct_strategies', 'evaluate', 'TrainConfig', 'train_config_errors', 'needs_hidden',
-           'credit_advantages', 'rl_step', 'ppo_update', 'config_changes', 'resume_point', 'train_run']
+           'sft', 'rewards_of', 'distinct_strategies', 'evaluate', 'rl_step_reference', 'TrainConfig',
+           'train_config_errors', 'needs_hidden', 'credit_advantages', 'rl_step', 'ppo_update', 'config_changes',
+           'resume_point', 'train_run']
 
 # %% ../nbs/10a_rl.ipynb #779adce1
 MATH_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\n"
@@ -144,6 +146,42 @@ def evaluate(model, tokenizer, items:list, reward_fn, n_samples:int=4, temperatu
     out = dict(pass1=mean_accuracy(c), passk=mean_pass_at_k(c, n_samples), k=n_samples, length=torch.cat(L).mean().item(),
                passk_curve=[mean_pass_at_k(c, k) for k in range(1, n_samples + 1)])
     return out | ({} if strategy_fn is None else dict(strategies=distinct_strategies(texts, answers, n_samples, strategy_fn)))
+
+# %% ../nbs/10a_rl.ipynb #rlone002
+def rl_step_reference(model, opt, tokenizer, items:list, reward_fn, generator:torch.Generator,
+                      credit:str='grpo', # 'grpo' (every token gets A_i) | 'hara' (HARA-tok weights)
+                      G:int=8, epochs:int=2, minibatches:int=2, max_new_tokens:int=40,
+                     ) -> dict: # seconds of each phase
+    "One RLVR step with GRPO or HARA-tok credit: sample, verify, score, advantages, PPO-clip updates."
+    t, t0 = {}, time.perf_counter()
+    prompts = [it['prompt'] for it in items for _ in range(G)]  # B = len(items) * G
+    answers = [it['answer'] for it in items for _ in range(G)]
+    group_ids = torch.arange(len(items)).repeat_interleave(G)  # (B,)
+    pi, pm = encode_prompts(tokenizer, prompts)  # (B, P)
+    model.eval()
+    eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
+    ri, rm = sample(model, pi, pm, max_new_tokens, eos, pad, 1.0, generator)  # (B, T)
+    t['sample'], t0 = time.perf_counter() - t0, time.perf_counter()
+    r = rewards_of(tokenizer, ri, rm, answers, reward_fn)[0]  # (B,) r(q, o_i) in {0, 1}
+    t['verify'], t0 = time.perf_counter() - t0, time.perf_counter()
+    with torch.no_grad():  # log pi_old, and the last layer's hidden states for HARA
+        old_logp, _, hidden = policy_forward(model, pi, pm, ri, rm, -1 if credit == 'hara' else None)
+    t['score'], t0 = time.perf_counter() - t0, time.perf_counter()
+    if credit == 'hara':  # A_i w_{i,t}: HARA-tok's weights on GRPO's advantages
+        A = hara_advantages(hidden.float(), rm, r, group_ids)[0]  # (B, T)
+    else: A = group_advantages(r, group_ids)[:, None] * rm  # (B, T) A_i on every token
+    t['credit'], t0 = time.perf_counter() - t0, time.perf_counter()
+    model.train()
+    for _ in range(epochs):  # PPO-clip, Eq. (8), on shuffled minibatches
+        for idx in torch.randperm(len(r), generator=generator).chunk(minibatches):
+            logp = policy_forward(model, pi[idx], pm[idx], ri[idx], rm[idx])[0]  # (b, T)
+            loss = ppo_clip_loss(logp, old_logp[idx], A[idx], rm[idx])[0]
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+    t['update'] = time.perf_counter() - t0
+    return t
 
 # %% ../nbs/10a_rl.ipynb #029c8aca
 BASE_METHODS = ('grpo', 'drgrpo', 'dapo', 'rloo', 'hp-rlvr')  # hp-rlvr: one rollout per prompt, hindsight credit (chapter 13)
