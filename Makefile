@@ -12,8 +12,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-# notebooks whose checks compare float32 results (tolerances from `rounding_tol`, chapter 01_rlvr)
-F32_NBS := 01_rlvr|10_policy|13_hp_rlvr|14_trl
+# notebooks whose checks compare float32 results (tolerances from `rounding_tol`, chapter 02_rlvr)
+F32_NBS := 02_rlvr|15_policy|27_hp_rlvr|18_trl
 
 .PHONY: install train test sync nbtest pytest docs docs-check
 install:

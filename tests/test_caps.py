@@ -3,15 +3,16 @@ import warnings
 import pytest
 import torch
 
-from hara_ref.entropic import ConvergenceWarning, sinkhorn_reference
-from hara_ref.sinkhorn import SinkhornConvergenceWarning
-from hara_ref.newton import semidual_reference
-from hara_ref.fgw import fgw, fgw2, rollout_pair
-from hara_ref.fgw_barycenter import fgw_barycenter, chain_structure
-from hara_ref.linearization import group_barycenters
-from hara_ref.novelty import _cap_notes
-from hara_ref.baselines import shear_weights, shear_advantages
-from hara_ref.data import planted_stage_rollouts
+from hara_ref.ot.entropic import ConvergenceWarning, sinkhorn_reference
+from hara_ref.appendix.sinkhorn import SinkhornConvergenceWarning
+from hara_ref.appendix.newton import semidual_reference
+from hara_ref.ot.fgw import fgw, fgw2, rollout_pair
+from hara_ref.ot.fgw_barycenter import fgw_barycenter
+from hara_ref.ot.fgw import chain_structure
+from hara_ref.appendix.barycenters import group_barycenters
+from hara_ref.hara.novelty import _cap_notes
+from hara_ref.hara.baselines import shear_weights, shear_advantages
+from hara_ref.rlvr.data import planted_stage_rollouts
 
 def no_warning(fn):
     "Run fn with every warning an error: a normal problem at the defaults must not warn."

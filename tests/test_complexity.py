@@ -1,7 +1,8 @@
-"Tests for hara_ref.complexity (Theorem 3.3 measurements and `hara-ref bench ot`)."
+"Tests for hara_ref.ot.complexity (Theorem 3.3 measurements and `hara-ref bench ot`)."
 import json, numpy as np, pytest, torch
-from hara_ref.complexity import LargestTensor, linearized_pipeline, bench_rollouts, loglog_slope, pot_fgw_barycenter, timed
-from hara_ref.bench import bench_ot_cli, format_barycenter_row
+from hara_ref.ot.complexity import LargestTensor, linearized_pipeline, bench_rollouts, loglog_slope, pot_fgw_barycenter, timed
+from hara_ref.practice.cli import bench_ot_cli
+from hara_ref.appendix.bench import format_barycenter_row
 
 def test_bench_ot_quick_prints_ratio_lines(capsys, tmp_path):
     out = tmp_path / 'bench.json'
@@ -31,7 +32,7 @@ def test_bench_rollouts_kinds():
     with pytest.raises(ValueError, match='kind'): bench_rollouts(kind='x')
 
 def test_planted_rollouts_padded_with_the_last_stage():
-    from hara_ref.data import planted_stage_rollouts
+    from hara_ref.rlvr.data import planted_stage_rollouts
     L = 200  # bench_rollouts draws 8 stages of (3/4, 5/4) * L/8 tokens: some rollouts are shorter than L
     h, m = bench_rollouts(4, L, 8, 'planted', seed=1)
     pr = planted_stage_rollouts(K=4, n_stages=8, d=8, stage_len=(18, 31), seed=1)

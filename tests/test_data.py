@@ -1,8 +1,8 @@
-"Properties of the shared data generators (hara_ref.data)."
+"Properties of the shared data generators (hara_ref.rlvr.data)."
 import random
 import torch
 from hypothesis import given, settings, strategies as st
-from hara_ref.data import planted_stage_rollouts, stage_order, sum_problem, sum_solution, sum_task, is_heldout
+from hara_ref.rlvr.data import planted_stage_rollouts, stage_order, sum_problem, sum_solution, sum_task, is_heldout
 
 @settings(max_examples=60, deadline=None)
 @given(S=st.integers(1, 9), seed=st.integers(0, 10**6), p=st.floats(0, 1))

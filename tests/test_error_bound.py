@@ -1,12 +1,13 @@
-"Property tests for hara_ref.error_bound (Theorem 3.2)."
+"Property tests for hara_ref.ot.error_bound (Theorem 3.2)."
 import numpy as np, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from hara_ref.fgw import chain_positions, chain_structure, fgw_objective
-from hara_ref.linearization import chain_tau_bar, sq_dists, monotone_plan
-from hara_ref.error_bound import (gw_term, lin_term, order_reversing_R, order_reversing_R_naive, order_reversing_mass,
+from hara_ref.ot.fgw import chain_positions, chain_structure, fgw_objective
+from hara_ref.ot.lfgw import chain_tau_bar, monotone_plan
+from hara_ref.ot.fgw_barycenter import sq_dists
+from hara_ref.ot.error_bound import (gw_term, lin_term, order_reversing_R, order_reversing_R_naive, order_reversing_mass,
                                   lfgw_objective, random_plans, bound_study, random_instance, solve_instance,
                                   position_mean_gap, linearization_gap, check_weights)
-from hara_ref.rlvr import rounding_tol
+from hara_ref.rlvr.basics import rounding_tol
 
 SET = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 f64 = torch.float64

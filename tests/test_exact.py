@@ -1,12 +1,12 @@
-"Exact FGW barycenters inside HARA (chapter 09d_exact): weights, relative novelty, the objective against the linearized Z, dtypes, bad input."
+"Exact FGW barycenters inside HARA (chapter 25_exact): weights, relative novelty, the objective against the linearized Z, dtypes, bad input."
 import pytest
 import torch
 
-from hara_ref.exact import exact_group_barycenters, barycenter_objective
-from hara_ref.hara import hara_advantages
-from hara_ref.novelty import hara_novelty, BARY_DEFAULTS
-from hara_ref.linearization import group_barycenters
-from hara_ref.data import planted_stage_rollouts
+from hara_ref.appendix.exact import exact_group_barycenters, barycenter_objective
+from hara_ref.hara.weights import hara_advantages
+from hara_ref.hara.novelty import hara_novelty, BARY_DEFAULTS
+from hara_ref.appendix.barycenters import group_barycenters
+from hara_ref.rlvr.data import planted_stage_rollouts
 
 def identical(dtype):
     pr = planted_stage_rollouts(K=1, n_stages=6, d=16, seed=3, dtype=dtype)

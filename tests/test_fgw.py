@@ -1,9 +1,9 @@
-"Chain graphs, the FGW objective and solver: properties, POT cross-checks, limits, failure cases (`hara_ref.fgw`)."
+"Chain graphs, the FGW objective and solver: properties, POT cross-checks, limits, failure cases (`hara_ref.ot.fgw`)."
 import numpy as np, ot, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from hara_ref.fgw import (chain_positions, chain_structure, normalize_features, chain_graph, gw_objective, fgw_objective,
+from hara_ref.ot.fgw import (chain_positions, chain_structure, normalize_features, chain_graph, gw_objective, fgw_objective,
                           gw_gradient, fgw_line_search, fgw, fgw2, rollout_pair)
-from hara_ref.data import planted_stage_rollouts
+from hara_ref.rlvr.data import planted_stage_rollouts
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -1,11 +1,11 @@
-"The exact FGW barycenter: POT cross-checks, block updates, stopping, stage mapping (`hara_ref.fgw_barycenter`)."
+"The exact FGW barycenter: POT cross-checks, block updates, stopping, stage mapping (`hara_ref.ot.fgw_barycenter`)."
 import numpy as np, ot, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from hara_ref.fgw import chain_structure
-from hara_ref.fgw_barycenter import (update_features, update_structure, sq_dists, fgw_barycenter, monotone_coupling,
+from hara_ref.ot.fgw import chain_structure
+from hara_ref.ot.fgw_barycenter import (update_features, update_structure, sq_dists, fgw_barycenter, monotone_coupling,
                                      rollout_barycenter, stage_mapping, stage_recovery, heldout_recovery,
                                      lookalike_stage_rollouts)
-from hara_ref.data import planted_stage_rollouts
+from hara_ref.rlvr.data import planted_stage_rollouts
 
 @pytest.fixture(autouse=True)
 def one_thread():
@@ -55,7 +55,7 @@ def test_block_updates_are_minimisers():
     hs, Cs_ = [t(y) for y in Ys], [t(c) for c in Cs]
     Z = update_features(plans, hs, [1 / 3] * 3, b).requires_grad_()
     Cb = update_structure(plans, Cs_, [1 / 3] * 3, b).requires_grad_()
-    from hara_ref.fgw import fgw_objective
+    from hara_ref.ot.fgw import fgw_objective
     obj = sum(fgw_objective(P, sq_dists(h, Z), C, Cb, 0.4) for P, h, C in zip(plans, hs, Cs_)) / 3
     obj.backward()
     assert Z.grad.abs().max() < 1e-12 and Cb.grad.abs().max() < 1e-12

@@ -1,4 +1,4 @@
-"""The geometric group reference (chapters 09_rollouts, 09a_novelty): HARA's advantages do not change
+"""The geometric group reference (chapters 11_rollouts, 12_novelty): HARA's advantages do not change
 under rotations of the hidden space; exact cases; agreement with a brute-force minimisation; caps."""
 import warnings
 import numpy as np
@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from scipy.optimize import minimize
 
-from hara_ref.hara import hara_advantages
-from hara_ref.rollouts import group_geometric_median, geometric_median
-from hara_ref.data import planted_stage_rollouts
+from hara_ref.hara.weights import hara_advantages
+from hara_ref.hara.rollouts import group_geometric_median, geometric_median
+from hara_ref.rlvr.data import planted_stage_rollouts
 from test_hara_novelty import one_changed_span
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

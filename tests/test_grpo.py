@@ -1,4 +1,4 @@
-"""Property tests, trainer cross-checks and failure cases for hara_ref.grpo (chapter 02).
+"""Property tests, trainer cross-checks and failure cases for hara_ref.rlvr.grpo (chapter 04_grpo).
 
 The numpy functions below re-implement, independently of hara_ref, the formulas read in
 TRL `trl/trainer/grpo_trainer.py` (`_generate_and_score_completions`, `_compute_loss`) and
@@ -13,7 +13,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.grpo import (AGG_MODES, masked_mean, group_stats, group_advantages, trl_advantages, verl_advantages,
+from hara_ref.rlvr.grpo import (AGG_MODES, masked_mean, group_stats, group_advantages, trl_advantages, verl_advantages,
                            base_advantages, token_advantages, k3_kl, aggregate_loss, ppo_clip_loss,
                            dynamic_sampling_mask, overlong_penalty)
 

@@ -1,26 +1,29 @@
-"Property, cross-check and bad-input tests for hara_ref.hara (chapters 09-09c; imported through `hara_ref.hara`, which re-exports them)."
+"Property, cross-check and bad-input tests for hara_ref.hara.weights (chapters 09-09c; imported through `hara_ref.hara.weights`, which re-exports them)."
 import math, warnings
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.hara import (hara_advantages, hara_novelty, hara_weights, relative_novelty, span_ids, span_novelty,
-                           token_contributions, lifted_cost, outcome_groups, pack_slots, check_rollouts,
-                           shear_weights, shear_advantages, entropy_weights, entropy_advantages, position_weights,
-                           position_advantages, reweight_advantages, METHODS, token_entropy, window_starts)
-from hara_ref.bench import bench_hara_cli
-from hara_ref.grpo import base_advantages
-from hara_ref.data import planted_stage_rollouts
+from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, METHODS
+from hara_ref.hara.novelty import hara_novelty, relative_novelty, span_novelty, token_contributions
+from hara_ref.hara.rollouts import span_ids, outcome_groups, pack_slots, check_rollouts
+from hara_ref.ot.lfgw import lifted_cost
+from hara_ref.hara.baselines import (
+    shear_weights, shear_advantages, entropy_weights, entropy_advantages, position_weights,
+    position_advantages, token_entropy, window_starts)
+from hara_ref.practice.cli import bench_hara_cli
+from hara_ref.rlvr.grpo import base_advantages
+from hara_ref.rlvr.data import planted_stage_rollouts
 from test_hara_novelty import gauss_batch as _gauss_batch  # i.i.d. Gaussian rollouts, 4 prompts x 8
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 # Fixed iteration counts (outer and inner, per-item Sinkhorn stopping in float64): then a rollout's numbers do not
-# depend on which other groups share the batch, up to rounding. `group_barycenters` (chapter 06a) also stops each outcome group
+# depend on which other groups share the batch, up to rounding. `group_barycenters` (chapter 24_barycenters) also stops each outcome group
 # on its own `tol`, so packing is invariant with the defaults too (`test_padding_and_packing_change_nothing_default_tol`).
 EXACT = dict(bary_kw=dict(max_iter=3, tol=0., inner_rtol=0., stop_thr=1e-10, inner_iter=200))
 # Properties that hold at any iterate (bounds, padding) are checked on a short solve: random tiny batches have no
-# structure and the converged barycenter takes hundreds of iterations there (chapter 06a), which the default-tolerance
+# structure and the converged barycenter takes hundreds of iterations there (chapter 24_barycenters), which the default-tolerance
 # and convergence tests below cover.
 SHORT = dict(bary_kw=dict(max_iter=30, tol=1e-3))
 
@@ -161,7 +164,7 @@ def test_contributions_sum_to_entropic_cost_and_match_pot():
     ot = pytest.importorskip('ot')
     hidden, mask, rewards, gid = _gauss_batch(0)
     nov = hara_novelty(hidden, mask, rewards, gid)
-    from hara_ref.fgw import chain_positions, normalize_features
+    from hara_ref.ot.fgw import chain_positions, normalize_features
     for g, k in ((0, 0), (1, 1), (3, 2)):
         i = int(nov.slots[g, k]); L = int(mask[i].sum())
         h = normalize_features(hidden[i, :L], how='unit')
@@ -320,8 +323,8 @@ def test_bench_quick(capsys):
 @pytest.mark.parametrize('case', ['planted', 'random'])
 def test_hara_reference_equals_the_oracle(case):
     "The one-screen reference and the batched oracle give the same advantages (float64, both solved tightly)."
-    from hara_ref.hara import hara_reference
-    from hara_ref.data import planted_stage_rollouts
+    from hara_ref.hara.weights import hara_reference
+    from hara_ref.rlvr.data import planted_stage_rollouts
     if case == 'planted':
         pr = planted_stage_rollouts(K=4, n_stages=3, d=6, stage_len=(2, 3), noise=0.3, seed=0, substitute=(1, 1))
         h, m, L_b = pr.hidden, pr.mask, 6

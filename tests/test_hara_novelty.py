@@ -1,16 +1,18 @@
-"Novelty relative to the group, converged defaults, notes and warnings on caps, and bad input in the oracle path (chapters 09_rollouts, 09a_novelty, 09c_hara)."
+"Novelty relative to the group, converged defaults, notes and warnings on caps, and bad input in the oracle path (chapters 11_rollouts, 12_novelty, 13_hara)."
 import warnings
 import numpy as np
 import pytest
 import torch
 
-from hara_ref.hara import hara_advantages
-from hara_ref.novelty import (hara_novelty, local_assignment, stage_versions, version_excess, relative_to_group, lifted_cost,
-                              BARY_DEFAULTS, FINAL_SINKHORN)
-from hara_ref.rollouts import group_median, group_geometric_median, group_mean, outcome_groups
-from hara_ref.fgw import chain_positions, normalize_features
-from hara_ref.linearization import lift
-from hara_ref.data import planted_stage_rollouts
+from hara_ref.hara.weights import hara_advantages
+from hara_ref.hara.novelty import (
+    hara_novelty, local_assignment, stage_versions, version_excess, relative_to_group,
+    BARY_DEFAULTS, FINAL_SINKHORN)
+from hara_ref.ot.lfgw import lifted_cost
+from hara_ref.hara.rollouts import group_median, group_geometric_median, group_mean, outcome_groups
+from hara_ref.ot.fgw import chain_positions, normalize_features
+from hara_ref.ot.lfgw import lift
+from hara_ref.rlvr.data import planted_stage_rollouts
 
 def gauss_batch(seed, P=4, K=8, T=64, d=32, dtype=torch.float64):
     "i.i.d. Gaussian hidden states, lengths 20 to 64, random binary rewards: no structure, the slowest barycenters."
@@ -103,7 +105,7 @@ def test_one_changed_span_the_plans_would_leak():
     h, m, r, g, span = one_changed_span()
     nov = hara_novelty(h, m, r, g)
     # versions from the final plans instead of the local assignment
-    from hara_ref.linearization import group_barycenters
+    from hara_ref.appendix.barycenters import group_barycenters
     gc = torch.where(nov.computed, torch.searchsorted(torch.unique(nov.og[nov.computed]), nov.og), -1)
     _, info = group_barycenters(h, m, gc, final_sinkhorn=dict(FINAL_SINKHORN), **BARY_DEFAULTS)
     phi = lift(normalize_features(h, how='unit'), chain_positions(m, h.dtype), 0.25)

@@ -1,4 +1,4 @@
-"""Property tests, cross-checks and failure cases for hara_ref.hora (chapter 12): hit utility, greedy allocation, the trainer hook."""
+"""Property tests, cross-checks and failure cases for hara_ref.appendix.hora (chapter 26_hora): hit utility, greedy allocation, the trainer hook."""
 import itertools, json, math, os, warnings
 from pathlib import Path
 
@@ -8,11 +8,15 @@ import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
-from hara_ref.hora import lgamma_diff, log_miss, hit_utility, log_marginal_gain, allocate, allocate_greedy, hora_rollouts, hora_variants, compare_hora_cli
+from hara_ref.appendix.hora import (
+    lgamma_diff, log_miss, hit_utility, log_marginal_gain, allocate, allocate_greedy,
+    hora_rollouts)
+from hara_ref.practice.cli import hora_variants, compare_hora_cli
 import numpy as np
-from hara_ref.policy import char_tokenizer, tiny_qwen3
-from hara_ref.rl import TrainConfig, read_jsonl
-from hara_ref.cli import train_cli, train_parser, configs_from_args
+from hara_ref.train.policy import char_tokenizer, tiny_qwen3
+from hara_ref.train.rl import TrainConfig
+from hara_ref.train.policy import read_jsonl
+from hara_ref.practice.cli import train_cli, train_parser, configs_from_args
 
 
 SET = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

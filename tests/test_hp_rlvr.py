@@ -1,4 +1,4 @@
-"""Property tests, cross-checks and failure cases for hara_ref.hp_rlvr (chapter 13): hindsight weights, historical baseline, the trainer step."""
+"""Property tests, cross-checks and failure cases for hara_ref.appendix.hp_rlvr (chapter 27_hp_rlvr): hindsight weights, historical baseline, the trainer step."""
 import math, os, re, warnings
 
 import numpy as np
@@ -8,12 +8,16 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from scipy.spatial.distance import jensenshannon
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
-from hara_ref.hp_rlvr import (hindsight_weights, history_baseline, update_history, hindsight_credit, hindsight_context,
-                              response_logits, hp_rlvr_step, hp_variants, compare_hp_cli)
-from hara_ref.policy import char_tokenizer, tiny_qwen3
-from hara_ref.rlvr import rounding_tol
-from hara_ref.rl import TrainConfig, read_jsonl, load_trainer_state, rl_step
-from hara_ref.cli import train_cli, train_parser, configs_from_args
+from hara_ref.appendix.hp_rlvr import HOOKS
+from hara_ref.appendix.hp_rlvr import (
+    hindsight_weights, history_baseline, update_history, hindsight_credit, hindsight_context,
+    response_logits, hp_rlvr_step)
+from hara_ref.practice.cli import hp_variants, compare_hp_cli
+from hara_ref.train.policy import char_tokenizer, tiny_qwen3
+from hara_ref.rlvr.basics import rounding_tol
+from hara_ref.train.rl import TrainConfig, rl_step
+from hara_ref.train.policy import read_jsonl, load_trainer_state
+from hara_ref.practice.cli import train_cli, train_parser, configs_from_args
 
 
 SET = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -117,7 +121,8 @@ def test_grpo_zero_gradient_records_and_hp_rlvr_not():
     st_g = rl_step(net, opt, tok, items, TrainConfig(group_size=2, max_new_tokens=5), reward, torch.Generator().manual_seed(0))
     assert st_g['zero_grad_frac'] == 1.0 and st_g['grad_norm'] == 0.0 and st_g['zero_std_frac'] == 1.0
     mem = {}
-    st_h = rl_step(net, opt, tok, items, TrainConfig(method='hp-rlvr', group_size=1, max_new_tokens=5), reward, torch.Generator().manual_seed(0), memory=mem)
+    cfg_h = TrainConfig(method="hp-rlvr", group_size=1, max_new_tokens=5)
+    st_h = rl_step(net, opt, tok, items, cfg_h, reward, torch.Generator().manual_seed(0), memory=mem, hooks=HOOKS)
     assert st_h['zero_grad_frac'] == 0.0 and st_h['grad_norm'] > 0 and st_h['zero_std_frac'] == 0.0
     assert mem['hp_history']['count'] == 2 and history_baseline(mem['hp_history'], ['1+2=']).item() == 0.
     st_h2 = hp_rlvr_step(net, opt, tok, items, TrainConfig(method='hp-rlvr', group_size=1, max_new_tokens=5), reward, torch.Generator().manual_seed(1), memory=mem)
@@ -126,7 +131,7 @@ def test_grpo_zero_gradient_records_and_hp_rlvr_not():
 
 def test_step_scores_in_chunks_never_full_logits(monkeypatch):
     """The step reads hidden states and forms logits a chunk at a time: it never asks for the (B, T, V) logits."""
-    import hara_ref.hp_rlvr as hp
+    import hara_ref.appendix.hp_rlvr as hp
     def full_logits(*a, **k): raise AssertionError('hp_rlvr_step built the full (B, T, V) logits')
     monkeypatch.setattr(hp, 'response_logits', full_logits)
     tok = char_tokenizer(); items = [dict(prompt=f"{a}+{b}=", answer=str(a + b)) for a, b in [(1, 2), (3, 4)]]

@@ -1,13 +1,15 @@
-"Property tests for hara_ref.linearization (Lemma 3.1, LFGW, the linearized barycenter)."
+"Property tests for hara_ref.appendix.barycenters (Lemma 3.1, LFGW, the linearized barycenter)."
 import math, warnings
 import numpy as np, ot, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from hara_ref.fgw import chain_positions, chain_structure
-from hara_ref.linearization import (anchor_plan, structure_cost, chain_tau_bar, linear_cost, lift, sq_dists, lfgw,
-                                    monotone_plan, barycenter_update, linearized_barycenter, barycenter_cost,
-                                    group_barycenters, feature_scales)
-from hara_ref.fgw import normalize_features
-from hara_ref.sinkhorn import sinkhorn_log
+from hara_ref.ot.fgw import chain_positions, chain_structure
+from hara_ref.ot.lfgw import (
+    anchor_plan, structure_cost, chain_tau_bar, linear_cost, lift, lfgw, monotone_plan,
+    barycenter_update, barycenter_cost)
+from hara_ref.ot.fgw_barycenter import sq_dists
+from hara_ref.appendix.barycenters import linearized_barycenter, group_barycenters, feature_scales
+from hara_ref.ot.fgw import normalize_features
+from hara_ref.appendix.sinkhorn import sinkhorn_log
 
 SET = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 f64 = torch.float64
@@ -83,7 +85,7 @@ def test_barycenter_plans_meet_row_marginals_and_fixed_point():
     torch.testing.assert_close(info['plans'].sum(-1), a, rtol=0, atol=1e-12)
     hn = torch.nn.functional.normalize(h, dim=-1) * mask.unsqueeze(-1)
     M = barycenter_cost(lift(hn, chain_positions(mask, f64), .25), Z, info['tau_bar'], .25)
-    from hara_ref.sinkhorn import sinkhorn_log
+    from hara_ref.appendix.sinkhorn import sinkhorn_log
     P = sinkhorn_log(a, torch.full((6,), 1 / 6, dtype=f64), M, 0.5, stop_thr=1e-13, num_iter_max=5000)
     torch.testing.assert_close(barycenter_update(P, hn, info['lam']), Z, rtol=0, atol=1e-8)
 

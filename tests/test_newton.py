@@ -1,10 +1,10 @@
-"Property tests, cross-checks (reference, `sinkhorn_log`, POT) and failure cases for `hara_ref.newton` (semi-dual Newton)."
+"Property tests, cross-checks (reference, `sinkhorn_log`, POT) and failure cases for `hara_ref.appendix.newton` (semi-dual Newton)."
 import math, warnings
 import numpy as np, ot, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from hara_ref.newton import semidual_newton, semidual_reference, semidual_point, newton_direction
-from hara_ref.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
-from hara_ref.data import planted_stage_rollouts
+from hara_ref.appendix.newton import semidual_newton, semidual_reference, semidual_point, newton_direction
+from hara_ref.appendix.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
+from hara_ref.rlvr.data import planted_stage_rollouts
 
 from test_sinkhorn import problem, ragged_problem, one_thread  # the same random problems; one torch thread (autouse fixture)
 

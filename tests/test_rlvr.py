@@ -1,4 +1,4 @@
-"""Property tests and failure cases for hara_ref.rlvr (chapter 01)."""
+"""Property tests and failure cases for hara_ref.rlvr.basics (chapter 02_rlvr)."""
 import math, os, threading
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.rlvr import (token_logprobs, causal_token_logprobs, response_mask, sequence_logprob, extract_boxed,
+from hara_ref.rlvr.basics import (token_logprobs, causal_token_logprobs, response_mask, sequence_logprob, extract_boxed,
                            exact_match_reward, math_reward, pass_at_k, mean_accuracy, mean_pass_at_k)
 
 SET = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -168,7 +168,7 @@ def test_math_reward_off_main_thread():
 
 
 def test_exact_match_reward_on_builtin_task():
-    from hara_ref.data import sum_task, sum_solution
+    from hara_ref.rlvr.data import sum_task, sum_solution
     probs = sum_task(20, seed=3)
     assert all(exact_match_reward(sum_solution(p), p.answer) == 1.0 for p in probs)
     assert all(exact_match_reward(sum_solution(p).replace('{' + p.answer + '}', '{' + str(int(p.answer) + 1) + '}'),

@@ -1,8 +1,9 @@
-"Property tests, POT cross-checks and failure cases for `hara_ref.sinkhorn` (batched log-domain Sinkhorn)."
+"Property tests, POT cross-checks and failure cases for `hara_ref.appendix.sinkhorn` (batched log-domain Sinkhorn)."
 import warnings
 import numpy as np, ot, pytest, torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from hara_ref.sinkhorn import sinkhorn_log, sinkhorn_log2, sinkhorn_naive, check_ot_inputs, SinkhornConvergenceWarning
+from hara_ref.appendix.sinkhorn import sinkhorn_log, sinkhorn_log2, SinkhornConvergenceWarning
+from hara_ref.ot.entropic import sinkhorn_naive, check_ot_inputs
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -4,8 +4,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
-from hara_ref.report import mean_se, paired, verdict, cell_verdict, time_to, at_time, run_summary
-from hara_ref.study import study_grid, StudyConfig, study_cells
+from hara_ref.appendix.report import mean_se, paired, verdict, cell_verdict, time_to, at_time, run_summary
+from hara_ref.practice.study import study_grid, StudyConfig, study_cells
 
 
 def test_paired_interval_equals_scipy_ttest_rel():
@@ -47,7 +47,7 @@ def test_time_helpers_and_incomplete_run():
 
 def test_quick_study_end_to_end_and_resume(tmp_path, capsys):
     "The --quick command on a few steps: runs, report files, figures; a second call resumes and runs nothing."
-    from hara_ref.cli import main
+    from hara_ref.practice.cli import main
     out = tmp_path / 'study'
     args = ['study', '--quick', '--out', str(out), '--steps', '2', '--eval-every', '1', '--sft-steps', '10',
             '--eval-prompts', '4', '--eval-samples', '4', '--workers', '2', '--threads', '1']
@@ -66,8 +66,8 @@ def test_quick_study_end_to_end_and_resume(tmp_path, capsys):
 
 
 def test_committed_full_study_reports_every_run():
-    "The results chapter 17 shows: every cell of the grid, at least 5 seeds each, complete runs, and the tables built from them."
-    root = Path(__file__).resolve().parent.parent / 'nbs' / 'study'
+    "The results chapter 20_study shows: every cell of the grid, at least 5 seeds each, complete runs, and the tables built from them."
+    root = Path(__file__).resolve().parent.parent / 'nbs' / '5_practice' / 'study'
     res = json.loads((root / 'results.json').read_text())
     keys = {c.key for c in study_grid()}
     assert set(res['runs']) == keys
@@ -89,8 +89,8 @@ def test_duplicate_seeds_refused():
 def test_study_refuses_a_run_it_cannot_continue_before_any_work(tmp_path, capsys):
     "A run trained with other settings stops the study before any work: its folder, its fields."
     from dataclasses import asdict
-    from hara_ref.cli import main
-    from hara_ref.study import base_train_config
+    from hara_ref.practice.cli import main
+    from hara_ref.practice.study import base_train_config
     out = tmp_path / 'study'
     args = ['study', '--quick', '--out', str(out), '--steps', '2', '--eval-every', '1',
             '--sft-steps', '10', '--seeds', '1', '--eval-prompts', '4', '--eval-samples', '4',

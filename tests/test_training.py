@@ -4,11 +4,12 @@ from pathlib import Path
 import pytest, torch
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
-from hara_ref.policy import char_tokenizer, tiny_qwen3, save_policy, load_policy, encode_prompts, sample, policy_forward, pad_id
-from hara_ref.rl import (TrainConfig, credit_advantages, ppo_update, train_run, read_jsonl, load_trainer_state, builtin_items, evaluate,
-                         sft)
-from hara_ref.cli import train_cli
-from hara_ref.rlvr import exact_match_reward, rounding_tol
+from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy, load_policy, encode_prompts, sample, policy_forward, pad_id
+from hara_ref.train.rl import (
+    TrainConfig, credit_advantages, ppo_update, train_run, builtin_items, evaluate, sft)
+from hara_ref.train.policy import read_jsonl, load_trainer_state
+from hara_ref.practice.cli import train_cli
+from hara_ref.rlvr.basics import exact_match_reward, rounding_tol
 
 torch.set_num_threads(1)
 
@@ -175,17 +176,10 @@ def test_chunked_scoring_equals_unchunked_at_qwen3_vocab(tok, chunk):
     assert bool(((grads[chunk][1] >= 0) & (grads[chunk][1] <= torch.log(torch.tensor(151_936.)) + 1e-4)).all())
 
 
-def test_training_module_re_exports():
-    import hara_ref.training as tr, hara_ref.rl as rl, hara_ref.policy as po, hara_ref.experiment as ex, hara_ref.cli as cli
-    assert tr.TrainConfig is rl.TrainConfig and tr.policy_forward is po.policy_forward
-    assert tr.ExperimentConfig is ex.ExperimentConfig and tr.train_cli is cli.train_cli
-    assert all(hasattr(tr, n) for n in tr.__all__) and not hasattr(tr, 'token_advantages')
-
-
 def test_train_flags_come_from_the_configs():
-    from hara_ref.cli import train_parser
-    from hara_ref.rl import TrainConfig
-    from hara_ref.experiment import ExperimentConfig
+    from hara_ref.practice.cli import train_parser
+    from hara_ref.train.rl import TrainConfig
+    from hara_ref.train.experiment import ExperimentConfig
     p = train_parser()
     assert p.get_default('lr') == TrainConfig.lr and p.get_default('hidden_size') == ExperimentConfig.hidden_size
     assert p.get_default('layers') == ExperimentConfig.n_layers and p.get_default('reweight') == ExperimentConfig.reweights
@@ -204,14 +198,14 @@ def _data(tmp_path, *lines, bom=False):
 
 
 def test_load_jsonl_answer_zero_is_an_answer(tmp_path):
-    from hara_ref.rl import load_jsonl
+    from hara_ref.train.rl import load_jsonl
     f = _data(tmp_path, '{"problem": "1-1?", "answer": 0, "solution": "\\\\boxed{7}"}',
               '{"problem": "2-2?", "answer": "0"}')
     assert [it['answer'] for it in load_jsonl(f)] == ['0', '0']
 
 
 def test_load_jsonl_reads_a_byte_order_mark(tmp_path):
-    from hara_ref.rl import load_jsonl
+    from hara_ref.train.rl import load_jsonl
     f = _data(tmp_path, '{"problem": "1+1?", "answer": 2}', bom=True)
     assert load_jsonl(f)[0]['answer'] == '2'
 
@@ -231,7 +225,7 @@ NO_ANSWER = "data.jsonl:2: field 'answer' is missing (or null)"
     ('"x"', "data.jsonl:2: expected a JSON object"),
 ])
 def test_load_jsonl_refuses_bad_lines_with_file_line_field(tmp_path, line, msg):
-    from hara_ref.rl import load_jsonl
+    from hara_ref.train.rl import load_jsonl
     with pytest.raises(ValueError) as e:
         load_jsonl(_data(tmp_path, '{"problem": "ok", "answer": "1"}', line))
     assert msg in str(e.value) and str(tmp_path) in str(e.value)

@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest, torch
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
-from hara_ref.policy import char_tokenizer, tiny_qwen3, save_policy, load_policy
-from hara_ref.rl import read_jsonl
-from hara_ref.cli import train_cli
+from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy, load_policy
+from hara_ref.train.policy import read_jsonl
+from hara_ref.practice.cli import train_cli
 
 TINY = ['--steps', '2', '--seeds', '1', '-G', '2', '--prompts-per-step', '2', '--max-new-tokens', '6', '--eval-every', '1',
         '--eval-prompts', '2', '--eval-samples', '2', '--workers', '1', '--threads', '1']

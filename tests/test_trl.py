@@ -1,4 +1,4 @@
-"HARA inside TRL's GRPOTrainer (hara_ref.trl): stock parity at kappa=0, the oracle's advantages reach TRL's loss, 1 vs 2 processes, bad config."
+"HARA inside TRL's GRPOTrainer (hara_ref.practice.trl): stock parity at kappa=0, the oracle's advantages reach TRL's loss, 1 vs 2 processes, bad config."
 import os, signal, subprocess, sys, warnings
 from pathlib import Path
 import pytest, torch
@@ -8,10 +8,11 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
-from hara_ref.hara import hara_advantages, reweight_advantages, token_entropy
-from hara_ref.policy import char_tokenizer, tiny_qwen3, save_policy
-from hara_ref.cli import train_cli
-from hara_ref.trl import HaraConfig, HaraGRPOTrainer, token_advantages, rollout_labels
+from hara_ref.hara.weights import hara_advantages, reweight_advantages
+from hara_ref.hara.baselines import token_entropy
+from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy
+from hara_ref.practice.cli import train_cli
+from hara_ref.practice.trl import HaraConfig, HaraGRPOTrainer, token_advantages, rollout_labels
 
 ROOT = Path(__file__).resolve().parents[1]
 NOV = dict(bary_kw=dict(max_iter=3, inner_iter=20), sinkhorn_kw=dict(num_iter_max=20))  # a small CPU budget for the barycenter
@@ -42,7 +43,9 @@ def make(cls, path, tmp, loss_type='grpo', steps=3, **kw):
 def flat_params(model): return torch.cat([p.detach().flatten() for p in model.parameters()])
 
 def test_import_hara_ref_does_not_import_trl():
-    mods = [f"hara_ref.{p.stem}" for p in (ROOT / 'hara_ref').glob('*.py') if p.stem not in ('trl', '__init__')]
+    pkg = ROOT / 'hara_ref'
+    mods = ['.'.join(('hara_ref',) + p.relative_to(pkg).with_suffix('').parts) for p in pkg.rglob('*.py')
+            if p.stem not in ('trl', '__init__', '_modidx')]
     code = f"import sys, importlib, hara_ref\nfor m in {mods!r}: importlib.import_module(m)\nassert 'trl' not in sys.modules, 'trl was imported'\nprint(len({mods!r}))"
     r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
@@ -169,14 +172,14 @@ def test_hara_ref_train_engine_trl(tmp_path, capsys):
 
 @pytest.mark.parametrize('extra, msg', [(['--method', 'rloo'], 'not a TRL loss'), (['--resume'], '--resume')])
 def test_engine_trl_refuses_what_it_cannot_do(tmp_path, capsys, extra, msg):
-    from hara_ref.rl import BASE_METHODS
+    from hara_ref.train.rl import BASE_METHODS
     if 'rloo' in extra and 'rloo' not in BASE_METHODS: pytest.skip('no rloo method in this version of the trainer')
     assert train_cli(['--engine', 'trl', '--out', str(tmp_path / 'r')] + extra) == 2
     assert msg in capsys.readouterr().err and not (tmp_path / 'r' / 'sft').exists()
 
 def test_span_separators_are_step_boundaries():
     "granularity='span' with span_sep_ids == the oracle with boundaries after each separator token."
-    from hara_ref.hara import step_boundaries
+    from hara_ref.hara.rollouts import step_boundaries
     g = torch.Generator().manual_seed(1)
     hidden, ids = torch.randn(8, 10, 8, generator=g), torch.randint(0, 5, (8, 10), generator=g)
     mask = torch.arange(10) < torch.randint(4, 11, (8,), generator=g)[:, None]

@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
-from hara_ref.rollouts import check_scalar, check_binary, check_rollouts, span_ids
-from hara_ref.fgw import normalize_features
-from hara_ref.linearization import feature_scales
-from hara_ref.hara import (hara_advantages, hara_novelty, hara_weights, reweight_advantages,
-                           shear_weights, entropy_weights, position_weights, METHODS)
+from hara_ref.hara.rollouts import check_scalar, check_binary, check_rollouts, span_ids
+from hara_ref.ot.fgw import normalize_features
+from hara_ref.appendix.barycenters import feature_scales
+from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, METHODS
+from hara_ref.hara.novelty import hara_novelty
+from hara_ref.hara.baselines import shear_weights, entropy_weights, position_weights
 
 F32_EPS, F64_EPS = torch.finfo(torch.float32).eps, torch.finfo(torch.float64).eps
 
@@ -78,7 +79,7 @@ def test_good_scalars_of_every_kind_are_accepted():
     assert type(check_scalar('n', np.int64(3), 1, integer=True)) is int
 
 def test_hara_config_reuses_the_checks():
-    trl = pytest.importorskip('hara_ref.trl')
+    trl = pytest.importorskip('hara_ref.practice.trl')
     for kw, err, name in [(dict(kappa=math.inf), ValueError, 'kappa'),
                           (dict(kappa='1'), TypeError, 'kappa'),
                           (dict(clip=(0.5, math.inf)), ValueError, r'clip\[1\]'),

@@ -7,8 +7,8 @@ from datasets import Dataset
 from transformers import AutoTokenizer, AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 from trl import GRPOConfig
-from hara_ref.trl import HaraGRPOTrainer, HaraConfig, gather_rows
-from hara_ref.policy import sample
+from hara_ref.practice.trl import HaraGRPOTrainer, HaraConfig, gather_rows
+from hara_ref.train.policy import sample
 
 class LayoutFreeTrainer(HaraGRPOTrainer):
     "Each rollout is sampled with its own generator, seeded by (step, global rollout index): the same rollouts on 1 or 2 processes."

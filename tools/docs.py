@@ -2,7 +2,7 @@
 a static HTML page of _docs/ (index.html from nbs/index.ipynb, one page per notebook).
 
     python tools/docs.py                                  # every notebook -> _docs/
-    python tools/docs.py --out /tmp/site nbs/00_data.ipynb nbs/hara_math.ipynb
+    python tools/docs.py --out /tmp/site nbs/1_rlvr/01_data.ipynb nbs/hara_math.ipynb
     python tools/docs.py --no-exec                        # render without running (no outputs)
 
 Figures are embedded in the pages as data URIs. Math is typeset in the browser by KaTeX, fetched once from the npm
@@ -103,7 +103,7 @@ def render_cells(nb, md) -> str:
         if d.get('output:', ['true'])[0].lower() != 'false':
             parts += [render_output(o, md) for o in c.get('outputs', [])]
     body = '\n'.join(parts)
-    return re.sub(r'href="(\w+)\.ipynb(#[^"]*)?"', r'href="\1.html\2"', body)  # links between notebooks
+    return re.sub(r'href="(?:[\w.]+/)*(\w+)\.ipynb(#[^"]*)?"', r'href="\1.html\2"', body)  # links between notebooks
 
 def build_page(path:Path, execute:bool=True) -> tuple:
     "(name, title, body HTML, seconds) of one notebook; run in a worker process."
@@ -115,6 +115,7 @@ def build_page(path:Path, execute:bool=True) -> tuple:
 CSS = """body{margin:0;font:16px/1.55 system-ui,sans-serif;color:#222;display:flex}
 nav{position:sticky;top:0;height:100vh;overflow-y:auto;flex:0 0 15rem;padding:1rem;background:#f6f7f9;border-right:1px solid #ddd;font-size:14px}
 nav a{display:block;padding:2px 0;color:#246;text-decoration:none}nav a.here{font-weight:bold}
+nav .part{margin:.8em 0 .2em;font-weight:600;color:#555;font-size:12px;text-transform:uppercase}
 main{flex:1;min-width:0;max-width:72rem;padding:1rem 2rem 4rem}
 table{border-collapse:collapse;display:block;overflow-x:auto}td,th{border:1px solid #ddd;padding:3px 8px;vertical-align:top}
 blockquote{margin:1em 0;padding:.2em 1em;border-left:4px solid #9ab;background:#f5f8fa}
@@ -123,12 +124,26 @@ pre.output{margin-top:-.6em;border-left:3px solid #cde}pre.stderr{background:#ff
 img.output{max-width:100%;height:auto;display:block;margin:.5em 0}.math.display{display:block;overflow-x:auto}
 .pager{display:flex;justify-content:space-between;margin-top:3em;border-top:1px solid #ddd;padding-top:1em}"""
 
+PARTS = {'1_rlvr': 'I. RLVR and GRPO', '2_ot': 'II. Optimal transport', '3_hara': 'III. HARA',
+         '4_train': 'IV. Training', '5_practice': 'V. In practice', '6_appendix': 'Appendix'}
+PART_OF = {}  # page name -> its part folder, filled by `build`
+
+def all_notebooks() -> list:
+    "Every notebook of nbs/ and its part folders, in reading order (index, the math page, then by number)."
+    nbs = [p for p in (ROOT/'nbs').rglob('*.ipynb') if not any(q.startswith('.') for q in p.parts)]
+    return sorted(nbs, key=lambda p: (p.stem != 'index', p.stem != 'hara_math', p.stem))
+
 def page_html(name:str, title:str, body:str, pages:list) -> str:
     "A complete page: navigation to every page, the body, KaTeX (local) to typeset the math."
     from pygments.formatters import HtmlFormatter
     names = [n for n, _ in pages]; i = names.index(name)
-    nav = '\n'.join(f'<a href="{n}.html"{" class=here" if n == name else ""}>{html.escape("Overview" if n == "index" else t)}</a>'
-                    for n, t in pages)
+    nav, part = [], None
+    for n, t in pages:
+        if PART_OF.get(n) != part and PART_OF.get(n): nav.append(f'<div class="part">{PARTS[PART_OF[n]]}</div>')
+        part = PART_OF.get(n)
+        here = ' class=here' if n == name else ''
+        nav.append(f'<a href="{n}.html"{here}>{html.escape("Overview" if n == "index" else t)}</a>')
+    nav = '\n'.join(nav)
     prev = f'<a href="{pages[i-1][0]}.html">← {html.escape(pages[i-1][1])}</a>' if i > 0 else '<span></span>'
     nxt = f'<a href="{pages[i+1][0]}.html">{html.escape(pages[i+1][1])} →</a>' if i + 1 < len(pages) else ''
     return f"""<!doctype html>
@@ -165,6 +180,7 @@ def build(nbs:list, out:Path, execute:bool=True, workers:int=2) -> list:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context('spawn'), max_tasks_per_child=1) as ex:
             for f in [ex.submit(build_page, p) for p in sorted(nbs, key=lambda p: -p.stat().st_size)]: keep(*f.result())
     pages = [(p.stem, done[p.stem][0]) for p in nbs]
+    PART_OF.update({p.stem: p.parent.name for p in nbs if p.parent.name in PARTS})
     out.mkdir(parents=True, exist_ok=True)
     shutil.copytree(katex_bundle(), out/'katex', dirs_exist_ok=True)
     for name, title in pages:
@@ -182,4 +198,4 @@ if __name__ == '__main__':
     p.add_argument('--workers', type=int, default=2)
     a = p.parse_args()
     sys.path.insert(0, str(ROOT/'tools')); import docs  # workers unpickle `docs.build_page`, not `__main__.build_page`
-    docs.build([n.resolve() for n in a.notebooks] or sorted((ROOT/'nbs').glob('*.ipynb')), a.out, a.execute, a.workers)
+    docs.build([n.resolve() for n in a.notebooks] or all_notebooks(), a.out, a.execute, a.workers)

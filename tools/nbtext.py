@@ -1,7 +1,7 @@
 """Round-trip an nbdev notebook through plain 'percent' text, for editing notebooks in a text editor.
 
-    python tools/nbtext.py to-py nbs/02_grpo.ipynb  > /tmp/02_grpo.py   # notebook -> text
-    python tools/nbtext.py to-nb /tmp/02_grpo.py nbs/02_grpo.ipynb      # text -> notebook
+    python tools/nbtext.py to-py nbs/1_rlvr/04_grpo.ipynb  > /tmp/04_grpo.py   # notebook -> text
+    python tools/nbtext.py to-nb /tmp/04_grpo.py nbs/1_rlvr/04_grpo.ipynb      # text -> notebook
 
 Cells start with `# %%` (code) or `# %% [markdown]` (markdown; each line starts with `# `), followed by
 ` id=CELLID` when the cell has one: ids are kept, so a round trip leaves unchanged cells unchanged.

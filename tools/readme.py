@@ -12,6 +12,6 @@ parts = ['<!-- generated from nbs/index.ipynb by tools/readme.py: edit the noteb
 for c in nb['cells']:
     src = ''.join(c['source']).strip()
     if not src or src.startswith('#| hide'): continue
-    if c['cell_type'] == 'markdown': parts.append(re.sub(r'\]\((\w+\.ipynb)', r'](nbs/\1', src))
+    if c['cell_type'] == 'markdown': parts.append(re.sub(r'\]\(([\w/]+\.ipynb)', r'](nbs/\1', src))
     else: parts.append(f'```python\n{src}\n```')
 (root/'README.md').write_text('\n\n'.join(parts) + '\n')

@@ -1,0 +1,76 @@
+"The package's import graph: one way, no cycle (imports inside functions counted), no private name across modules."
+import ast, subprocess, sys
+from pathlib import Path
+
+PKG = Path(__file__).resolve().parent.parent / 'hara_ref'
+PARTS = ('rlvr', 'ot', 'hara', 'train', 'practice', 'appendix')  # the book's parts, in reading order
+
+
+def module_name(path:Path) -> str:
+    return '.'.join(('hara_ref',) + path.relative_to(PKG).with_suffix('').parts)
+
+
+def imports(path:Path) -> list:
+    "Every (module, names) that `path` imports from hara_ref, at any depth (inside functions too)."
+    here, out = module_name(path).split('.'), []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.startswith('hara_ref')]
+        elif isinstance(node, ast.ImportFrom):
+            base = here[:len(here) - node.level] if node.level else []
+            mod = '.'.join(base + ([node.module] if node.module else []))
+            if mod.startswith('hara_ref'): out.append((mod, [a.name for a in node.names]))
+    return out
+
+
+def graph() -> dict:
+    mods = {module_name(p): p for p in PKG.rglob('*.py') if p.name not in ('__init__.py', '_modidx.py')}
+    return {m: {t for t, _ in imports(p) if t in mods} for m, p in mods.items()}
+
+
+def find_cycle(g:dict) -> list:
+    state, stack = {}, []
+    def visit(m):
+        state[m] = 1; stack.append(m)
+        for t in sorted(g[m]):
+            if state.get(t) == 1: return stack[stack.index(t):] + [t]
+            if t not in state and (c := visit(t)): return c
+        state[m] = 2; stack.pop()
+        return []
+    for m in sorted(g):
+        if m not in state and (c := visit(m)): return c
+    return []
+
+
+def test_modules_live_in_parts():
+    for p in PKG.rglob('*.py'):
+        if p.parent != PKG: assert p.parent.name in PARTS, p
+
+
+def test_no_import_cycle_even_inside_functions():
+    g = graph()
+    assert len(g) > 20
+    assert find_cycle(g) == [], ' -> '.join(find_cycle(g))
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert find_cycle({'a': {'b'}, 'b': {'c'}, 'c': {'a'}}) == ['a', 'b', 'c', 'a']
+    assert find_cycle({'a': {'b'}, 'b': set()}) == []
+
+
+def test_no_private_name_crosses_modules():
+    bad = [(module_name(p), m, n) for p in PKG.rglob('*.py') if p.name != '_modidx.py'
+           for m, names in imports(p) for n in names if n.startswith('_')]
+    assert bad == []
+
+
+def test_command_lines_live_in_the_cli():
+    "Algorithm modules parse no command line: argparse only in the CLI chapter."
+    users = sorted(module_name(p) for p in PKG.rglob('*.py') if 'argparse' in p.read_text())
+    assert users == ['hara_ref.practice.cli']
+
+
+def test_import_hara_ref_imports_no_trl():
+    code = 'import sys, hara_ref, hara_ref.hara.weights, hara_ref.train.rl; print("trl" in sys.modules)'
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == 'False'
