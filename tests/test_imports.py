@@ -1,5 +1,5 @@
 "The package's import graph: one way, no cycle (imports inside functions counted), no private name across modules."
-import ast, subprocess, sys
+import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / 'hara_ref'
@@ -68,9 +68,3 @@ def test_command_lines_live_in_the_cli():
     "Algorithm modules parse no command line: argparse only in the CLI chapter."
     users = sorted(module_name(p) for p in PKG.rglob('*.py') if 'argparse' in p.read_text())
     assert users == ['hara_ref.practice.cli']
-
-
-def test_import_hara_ref_imports_no_trl():
-    code = 'import sys, hara_ref, hara_ref.hara.weights, hara_ref.train.rl; print("trl" in sys.modules)'
-    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == 'False'

@@ -13,7 +13,7 @@ from ..rlvr.data import sum_task
 from ..rlvr.countdown import sum_demo
 from ..rlvr.basics import extract_boxed, mean_accuracy, mean_pass_at_k
 from ..rlvr.grpo import group_advantages, ppo_clip_loss, masked_mean, dynamic_sampling_mask, overlong_penalty
-from ..hara.weights import hara_advantages
+from ..hara.weights import hara_advantages, reweight_advantages
 from .policy import (replace_dir, load_policy, save_policy, encode_prompts, pad_id, sample, policy_forward,
                              append_jsonl, read_jsonl, read_json, save_checkpoint,
                              load_trainer_state, checkpoint_problem)
@@ -253,7 +253,6 @@ def needs_hidden(cfg:TrainConfig) -> bool:
 # %% ../../nbs/4_train/16_rl.ipynb #83226c37
 def credit_advantages(cfg:TrainConfig, hidden, mask, rewards, group_ids, entropy) -> tuple:
     "Token advantages (B, T) from base advantages and the reweighting `cfg.reweight`, and weight statistics."
-    from hara_ref.hara.weights import reweight_advantages
     kw, cap = {}, {} if cfg.sinkhorn_iters is None else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters))
     if cfg.reweight.startswith('hara'):
         bk = {} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)
@@ -421,7 +420,6 @@ def train_run(cfg:TrainConfig, run_dir, init_path, train_items:list, eval_items:
         opt.load_state_dict(state['opt']); gen.set_state(state['gen']); rng.setstate(state['rng']); step = state['step']
     memory = state.get('memory', {}) if state else {}  # state a method keeps across steps (HP-RLVR's reward history)
     evaluated = {r['step'] for r in at['rows'] if r['kind'] == 'eval'}  # kept from before a resume
-    import hara_ref.hara.weights  # imported before the first step, so that its import time is not counted as HARA time
     tag = dict(method=cfg.method, reweight=cfg.reweight, seed=cfg.seed)
     bar = progress_bar(total=cfg.steps, initial=step, desc=f"{cfg.method}+{cfg.reweight} s{cfg.seed}", leave=False) if progress is True else None
     for s in range(step, cfg.steps + 1):
