@@ -1,6 +1,6 @@
 # The two commands of the README, each doing its own set-up on a fresh machine:
 #   make train   end-to-end RLVR of a tiny Qwen3 on the built-in countdown task, GRPO vs HARA-tok, 5 seeds, with a plot
-#   make test    every check: package/notebook sync, all notebooks (nbdev_test), pytest
+#   make test    every check: package/notebook sync, ruff, all notebooks (nbdev_test), pytest
 # and for readers:
 #   make docs        run every notebook and render it, figures and math included, into the static site _docs/
 #   make docs-check  open every page of _docs/ in headless Chromium: screenshots, fails on JS errors, broken
@@ -24,6 +24,9 @@ train: install
 
 test: install
 	PATH="$(abspath $(BIN)):$$PATH" bash tools/check_sync.sh
+	# code reads on the rendered page: lines of at most 100 characters, one statement per line
+	$(BIN)/ruff check nbs hara_ref tests tools
+	$(BIN)/ruff format --check nbs tests tools
 	# two notebooks at a time, one BLAS/OpenMP thread each: two 2-thread torch processes on 2 cores thrash
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/nbdev_test --n_workers 2 --timing
 	$(BIN)/python -m pytest -q tests

@@ -1,19 +1,27 @@
 "The `hara-ref` console command, as a user runs it."
-import os, subprocess, sys, shutil
-import pytest
+
+import os
+import subprocess
+import sys
+import shutil
+
 
 def _run(*args):
     exe = shutil.which('hara-ref') or os.path.join(os.path.dirname(sys.executable), 'hara-ref')
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120)
 
+
 def test_help_lists_commands():
     r = _run('--help')
     assert r.returncode == 0, r.stderr
-    for cmd in ('train', 'bench ot', 'bench hara'): assert cmd in r.stdout
+    for cmd in ('train', 'bench ot', 'bench hara'):
+        assert cmd in r.stdout
+
 
 def test_no_args_prints_usage():
     r = _run()
     assert r.returncode == 0 and r.stdout.startswith('usage: hara-ref')
+
 
 def test_unknown_command_fails_with_message():
     r = _run('fly')

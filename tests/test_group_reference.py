@@ -1,5 +1,7 @@
 """The geometric group reference (chapters 11_rollouts, 12_novelty): HARA's advantages do not change
-under rotations of the hidden space; exact cases; agreement with a brute-force minimisation; caps."""
+under rotations of the hidden space; exact cases; agreement with a brute-force minimisation;
+caps."""
+
 import warnings
 import numpy as np
 import pytest
@@ -15,22 +17,26 @@ SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[Healt
 TIGHT = dict(bary_kw=dict(tol=1e-7, max_iter=5000))  # the barycenter 100 x tighter than the default
 GRAN = [dict(granularity='seq'), dict(granularity='tok'), dict(granularity='span', span_len=3)]
 
+
 def groups_of_3(seed, T=12, d=8):
     "Two outcome groups of 3 i.i.d. Gaussian rollouts (one prompt), float64."
     g = torch.Generator().manual_seed(seed)
     h = torch.randn(6, T, d, generator=g, dtype=torch.float64)
-    r = torch.tensor([1., 1, 1, 0, 0, 0], dtype=torch.float64)
+    r = torch.tensor([1.0, 1, 1, 0, 0, 0], dtype=torch.float64)
     return h, torch.ones(6, T, dtype=torch.bool), r, torch.zeros(6, dtype=torch.long)
+
 
 def planted(seed, K=8):
     "K planted-stage rollouts of one prompt (stages skipped and swapped at random), half correct."
-    p = planted_stage_rollouts(K=K, n_stages=6, d=16, seed=seed, p_skip=.1, p_swap=.1)
+    p = planted_stage_rollouts(K=K, n_stages=6, d=16, seed=seed, p_skip=0.1, p_swap=0.1)
     return p.hidden, p.mask, (torch.arange(K) < K // 2).double(), torch.zeros(K, dtype=torch.long)
+
 
 def rotation(d, seed):
     "A random orthogonal (d, d) matrix: Q of the QR factorisation of a Gaussian matrix, float64."
     g = torch.Generator().manual_seed(seed)
     return torch.linalg.qr(torch.randn(d, d, generator=g, dtype=torch.float64))[0]  # (d, d)
+
 
 def rotation_deviation(make, seed, ref, kw):
     "Largest change of a token advantage when the hidden space is rotated (h -> Q h)."
@@ -40,16 +46,19 @@ def rotation_deviation(make, seed, ref, kw):
     adv_q, _ = hara_advantages(hq, m, r, g, group_reference=ref, **kw, **TIGHT)
     return float((adv - adv_q).abs().max())
 
+
 # ---------------------------------------------------------------- rotation invariance
 @pytest.mark.parametrize('kw', GRAN, ids=['seq', 'tok', 'span'])
 @pytest.mark.parametrize('make,seed', [(groups_of_3, 0), (groups_of_3, 1), (planted, 0)])
 def test_advantages_do_not_depend_on_the_basis(make, seed, kw):
     assert rotation_deviation(make, seed, 'geometric', kw) <= 1e-6
 
+
 @pytest.mark.parametrize('make,seed,floor', [(groups_of_3, 0, 1e-2), (planted, 0, 1e-3)])
 def test_entrywise_reference_depends_on_the_basis(make, seed, floor):
     "The same check on the entrywise median fails: what the geometric reference fixes."
     assert rotation_deviation(make, seed, 'entrywise', dict(granularity='tok')) > floor
+
 
 # ---------------------------------------------------------------- exact cases
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
@@ -57,12 +66,17 @@ def test_entrywise_reference_depends_on_the_basis(make, seed, floor):
 def test_copies_get_weight_exactly_one(dtype, kw):
     pr = planted_stage_rollouts(K=1, n_stages=6, d=16, seed=3, dtype=dtype)
     h, m = pr.hidden.expand(6, -1, -1), pr.mask.expand(6, -1)
-    r = torch.tensor([1., 1., 1., 0., 0., 0.], dtype=dtype)
+    r = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], dtype=dtype)
     _, rw = hara_advantages(h, m, r, torch.zeros(6, dtype=torch.long), **kw)
     assert (rw.weights == 1).all() and (rw.x[m] == 1).all()
 
-@given(st.integers(0, 2 ** 16), st.integers(1, 4), st.integers(1, 5),
-       st.sampled_from([torch.float32, torch.float64]))
+
+@given(
+    st.integers(0, 2**16),
+    st.integers(1, 4),
+    st.integers(1, 5),
+    st.sampled_from([torch.float32, torch.float64]),
+)
 @SETTINGS
 def test_majority_point_and_two_members_are_exact(seed, extra, D, dtype):
     g = torch.Generator().manual_seed(seed)
@@ -72,27 +86,33 @@ def test_majority_point_and_two_members_are_exact(seed, extra, D, dtype):
     one = torch.zeros(len(v), dtype=torch.long), torch.ones(len(v), dtype=torch.bool)
     assert (group_geometric_median(v, *one)[0] == p).all()
     two = torch.zeros(2, dtype=torch.long), torch.ones(2, dtype=torch.bool)
-    pm = others[:1].expand(2, D) * torch.tensor([[1.], [-1.]], dtype=dtype)  # (2, D) a point and its opposite
+    # (2, D) a point and its opposite
+    pm = others[:1].expand(2, D) * torch.tensor([[1.0], [-1.0]], dtype=dtype)
     assert (group_geometric_median(pm, *two)[0] == 0).all()
     mid = (others[0] + p) / 2
     assert (group_geometric_median(torch.stack([p, others[0]]), *two)[0] == mid).all()
 
+
 # ------------------------------------------------------------ against a brute-force minimisation
-@given(st.integers(0, 2 ** 16), st.integers(3, 7), st.integers(2, 5))
+@given(st.integers(0, 2**16), st.integers(3, 7), st.integers(2, 5))
 @SETTINGS
 def test_geometric_median_minimises_the_sum_of_distances(seed, K, D):
-    "f(ours) <= f(scipy's minimiser) to rounding, and the points agree (random points: not on a line)."
+    """f(ours) <= f(scipy's minimiser) to rounding, and the points agree (random points: not on a
+    line)."""
     g = torch.Generator().manual_seed(seed)
     y = torch.randn(1, K, D, generator=g, dtype=torch.float64)  # (1, K, D)
     m, info = geometric_median(y, torch.ones(1, K, dtype=torch.bool))
     f = lambda x: np.linalg.norm(y[0].numpy() - x, axis=1).sum()
     opts = dict(xtol=1e-12, ftol=1e-15)
     starts = (y[0].mean(0).numpy(), m[0].numpy())
-    best = min((minimize(f, x0, method='Powell', options=opts) for x0 in starts), key=lambda res: res.fun)
+    best = min(
+        (minimize(f, x0, method='Powell', options=opts) for x0 in starts), key=lambda res: res.fun
+    )
     assert info['converged']
     assert f(m[0].numpy()) <= best.fun * (1 + 1e-12)
     spread = float((y[0] - y[0].mean(0)).norm(dim=-1).mean())
     assert float(np.linalg.norm(m[0].numpy() - best.x)) <= 1e-5 * spread
+
 
 # ---------------------------------------------------------------- caps and bad input
 def test_cap_is_warned_and_noted():
@@ -104,6 +124,7 @@ def test_cap_is_warned_and_noted():
         warnings.simplefilter('error')
         _, rw = hara_advantages(h, m, r, g)  # the defaults converge
     assert rw.novelty.group_reference == 'geometric' and 0 < rw.novelty.ref_iters < 200
+
 
 def test_bad_group_reference_raises():
     h, m, r, g = groups_of_3(0)

@@ -2,9 +2,11 @@
 
 The numpy functions below re-implement, independently of hara_ref, the formulas read in
 TRL `trl/trainer/grpo_trainer.py` (`_generate_and_score_completions`, `_compute_loss`) and
-verl `verl/trainer/ppo/core_algos.py` (`compute_grpo_outcome_advantage`, `compute_rloo_outcome_advantage`,
+verl `verl/trainer/ppo/core_algos.py` (`compute_grpo_outcome_advantage`,
+`compute_rloo_outcome_advantage`,
 `compute_policy_loss_vanilla`, `agg_loss`, `kl_penalty`).
 """
+
 import math
 from collections import defaultdict
 
@@ -13,17 +15,31 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.rlvr.grpo import (AGG_MODES, masked_mean, group_stats, group_advantages, trl_advantages, verl_advantages,
-                           base_advantages, token_advantages, k3_kl, aggregate_loss, ppo_clip_loss,
-                           dynamic_sampling_mask, overlong_penalty)
+from hara_ref.rlvr.grpo import (
+    AGG_MODES,
+    masked_mean,
+    group_stats,
+    group_advantages,
+    trl_advantages,
+    verl_advantages,
+    base_advantages,
+    token_advantages,
+    k3_kl,
+    aggregate_loss,
+    ppo_clip_loss,
+    dynamic_sampling_mask,
+    overlong_penalty,
+)
 
 SET = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 f64 = torch.float64
 
 # ---------------------------------------------------------------- numpy reference implementations
 
+
 def np_trl_advantages(r, G, scale_rewards='group'):
-    """TRL: rewards.view(-1, G); group mean; unbiased std per group or over the batch; / (std + 1e-4)."""
+    """TRL: rewards.view(-1, G); group mean; unbiased std per group or over the batch; / (std +
+    1e-4)."""
     r = np.asarray(r, dtype=np.float64)
     grp = r.reshape(-1, G)
     mean = np.repeat(grp.mean(1), G)
@@ -37,30 +53,41 @@ def np_trl_advantages(r, G, scale_rewards='group'):
 
 def np_verl_grpo(r, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
     """verl compute_grpo_outcome_advantage: group of one -> mean 0, std 1."""
-    r = np.asarray(r, dtype=np.float64); out = r.copy()
+    r = np.asarray(r, dtype=np.float64)
+    out = r.copy()
     by = defaultdict(list)
-    for i, g in enumerate(index): by[g].append(r[i])
+    for i, g in enumerate(index):
+        by[g].append(r[i])
     mean = {g: (0.0 if len(v) == 1 else np.mean(v)) for g, v in by.items()}
     std = {g: (1.0 if len(v) == 1 else np.std(v, ddof=1)) for g, v in by.items()}
     for i, g in enumerate(index):
-        out[i] = (r[i] - mean[g]) / (std[g] + epsilon) if norm_adv_by_std_in_grpo else r[i] - mean[g]
+        out[i] = (
+            (r[i] - mean[g]) / (std[g] + epsilon) if norm_adv_by_std_in_grpo else r[i] - mean[g]
+        )
     return out
 
 
 def np_verl_rloo(r, index):
     """verl compute_rloo_outcome_advantage: n/(n-1) (r - mean); a group of one is left unchanged."""
-    r = np.asarray(r, dtype=np.float64); out = r.copy()
+    r = np.asarray(r, dtype=np.float64)
+    out = r.copy()
     by = defaultdict(list)
-    for i, g in enumerate(index): by[g].append(r[i])
+    for i, g in enumerate(index):
+        by[g].append(r[i])
     for i, g in enumerate(index):
         n = len(by[g])
-        if n > 1: out[i] = r[i] * n / (n - 1) - np.mean(by[g]) * n / (n - 1)
+        if n > 1:
+            out[i] = r[i] * n / (n - 1) - np.mean(by[g]) * n / (n - 1)
     return out
 
 
-def np_verl_policy_loss(old, logp, adv, mask, clip_low, clip_high, clip_ratio_c, agg, max_len=None, dual=True):
-    """verl compute_policy_loss_vanilla + agg_loss (recent verl: seq-mean-token-sum-norm divides by B * L)."""
-    nak = np.clip(logp - old, -20, 20); ratio = np.exp(nak)
+def np_verl_policy_loss(
+    old, logp, adv, mask, clip_low, clip_high, clip_ratio_c, agg, max_len=None, dual=True
+):
+    """verl compute_policy_loss_vanilla + agg_loss (recent verl: seq-mean-token-sum-norm divides by
+    B * L)."""
+    nak = np.clip(logp - old, -20, 20)
+    ratio = np.exp(nak)
     l1 = -adv * ratio
     l2 = -adv * np.clip(ratio, 1 - clip_low, 1 + clip_high)
     c1 = np.maximum(l1, l2)
@@ -70,26 +97,46 @@ def np_verl_policy_loss(old, logp, adv, mask, clip_low, clip_high, clip_ratio_c,
     else:
         pg = c1
     m = mask.astype(np.float64)
-    if agg == 'token-mean': return (pg * m).sum() / m.sum()
-    if agg == 'seq-mean-token-sum': return (pg * m).sum(-1).mean()
-    if agg == 'seq-mean-token-mean': return ((pg * m).sum(-1) / np.maximum(m.sum(-1), 1)).mean()
+    if agg == 'token-mean':
+        return (pg * m).sum() / m.sum()
+    if agg == 'seq-mean-token-sum':
+        return (pg * m).sum(-1).mean()
+    if agg == 'seq-mean-token-mean':
+        return ((pg * m).sum(-1) / np.maximum(m.sum(-1), 1)).mean()
     L = mask.shape[-1] if max_len is None else max_len
     return ((pg * m).sum(-1) / L).sum() / mask.shape[0]
 
 
-def np_trl_loss(old, logp, adv, mask, eps_low, eps_high, loss_type, max_completion_length=None, beta=0.0, ref=None):
+def np_trl_loss(
+    old,
+    logp,
+    adv,
+    mask,
+    eps_low,
+    eps_high,
+    loss_type,
+    max_completion_length=None,
+    beta=0.0,
+    ref=None,
+):
     """TRL _compute_loss: coef_1 = exp(logp - old), -min(coef_1 A, clamp(coef_1) A) (+ beta k3)."""
-    c1 = np.exp(logp - old); c2 = np.clip(c1, 1 - eps_low, 1 + eps_high)
+    c1 = np.exp(logp - old)
+    c2 = np.clip(c1, 1 - eps_low, 1 + eps_high)
     ptl = -np.minimum(c1 * adv, c2 * adv)
-    if beta != 0.0: ptl = ptl + beta * (np.exp(ref - logp) - (ref - logp) - 1)
+    if beta != 0.0:
+        ptl = ptl + beta * (np.exp(ref - logp) - (ref - logp) - 1)
     m = mask.astype(np.float64)
-    if loss_type == 'grpo': return ((ptl * m).sum(-1) / np.maximum(m.sum(-1), 1.0)).mean()
-    if loss_type == 'bnpo': return (ptl * m).sum() / max(m.sum(), 1.0)
-    if loss_type == 'dr_grpo': return (ptl * m).sum() / (ptl.shape[0] * max_completion_length)
+    if loss_type == 'grpo':
+        return ((ptl * m).sum(-1) / np.maximum(m.sum(-1), 1.0)).mean()
+    if loss_type == 'bnpo':
+        return (ptl * m).sum() / max(m.sum(), 1.0)
+    if loss_type == 'dr_grpo':
+        return (ptl * m).sum() / (ptl.shape[0] * max_completion_length)
     raise ValueError(loss_type)
 
 
 # ---------------------------------------------------------------- strategies
+
 
 @st.composite
 def grouped_rewards(draw, binary=None, min_size=1, max_size=24):
@@ -103,15 +150,27 @@ def grouped_rewards(draw, binary=None, min_size=1, max_size=24):
 
 @st.composite
 def contiguous_groups(draw):
-    G = draw(st.integers(2, 6)); P = draw(st.integers(1, 5))
-    r = draw(st.lists(st.one_of(st.sampled_from([0.0, 1.0]), st.floats(-5, 5, width=64)), min_size=P * G, max_size=P * G))
+    G = draw(st.integers(2, 6))
+    P = draw(st.integers(1, 5))
+    r = draw(
+        st.lists(
+            st.one_of(st.sampled_from([0.0, 1.0]), st.floats(-5, 5, width=64)),
+            min_size=P * G,
+            max_size=P * G,
+        )
+    )
     return np.array(r), G
 
 
 # ---------------------------------------------------------------- group advantages: properties
 
+
 @SET
-@given(rg=grouped_rewards(), method=st.sampled_from(['grpo', 'drgrpo', 'rloo']), scale=st.sampled_from(['group', 'batch', 'none']))
+@given(
+    rg=grouped_rewards(),
+    method=st.sampled_from(['grpo', 'drgrpo', 'rloo']),
+    scale=st.sampled_from(['group', 'batch', 'none']),
+)
 def test_group_mean_zero(rg, method, scale):
     r, g = rg
     adv = group_advantages(r, g, method, scale=scale)
@@ -124,8 +183,12 @@ def test_group_mean_zero(rg, method, scale):
 
 
 @SET
-@given(rg=grouped_rewards(), method=st.sampled_from(['grpo', 'drgrpo', 'rloo']), singleton=st.sampled_from(['zero', 'verl']),
-       seed=st.integers(0, 10**6))
+@given(
+    rg=grouped_rewards(),
+    method=st.sampled_from(['grpo', 'drgrpo', 'rloo']),
+    singleton=st.sampled_from(['zero', 'verl']),
+    seed=st.integers(0, 10**6),
+)
 def test_permutation_equivariance(rg, method, singleton, seed):
     r, g = rg
     perm = torch.randperm(len(r), generator=torch.Generator().manual_seed(seed))
@@ -168,11 +231,14 @@ def test_group_stats_match_numpy(rg):
         v = r[g == g[i]].numpy()
         assert mean[i].item() == pytest.approx(v.mean(), abs=1e-9)
         assert cnt[i].item() == len(v)
-        if len(v) > 1: assert std[i].item() == pytest.approx(v.std(ddof=1), abs=1e-9)
-        else: assert math.isnan(std[i].item())
+        if len(v) > 1:
+            assert std[i].item() == pytest.approx(v.std(ddof=1), abs=1e-9)
+        else:
+            assert math.isnan(std[i].item())
 
 
 # ---------------------------------------------------------------- the two trainers, against numpy
+
 
 @SET
 @given(cg=contiguous_groups(), scale=st.sampled_from(['group', 'batch', 'none']))
@@ -184,7 +250,8 @@ def test_trl_advantages_match_numpy(cg, scale):
 
 
 def test_trl_bool_scale_rewards():
-    r = torch.tensor([1., 0., 0., 0.], dtype=f64); g = torch.tensor([0, 0, 1, 1])
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=f64)
+    g = torch.tensor([0, 0, 1, 1])
     torch.testing.assert_close(trl_advantages(r, g, True), trl_advantages(r, g, 'group'))
     torch.testing.assert_close(trl_advantages(r, g, False), trl_advantages(r, g, 'none'))
 
@@ -194,74 +261,159 @@ def test_trl_bool_scale_rewards():
 def test_verl_advantages_match_numpy(rg, norm):
     r, g = rg
     ours = verl_advantages(r, g, norm_adv_by_std_in_grpo=norm).numpy()
-    np.testing.assert_allclose(ours, np_verl_grpo(r.numpy(), g.tolist(), norm_adv_by_std_in_grpo=norm), rtol=1e-10, atol=1e-10)
-    np.testing.assert_allclose(verl_advantages(r, g, adv_estimator='rloo').numpy(), np_verl_rloo(r.numpy(), g.tolist()),
-                               rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(
+        ours,
+        np_verl_grpo(r.numpy(), g.tolist(), norm_adv_by_std_in_grpo=norm),
+        rtol=1e-10,
+        atol=1e-10,
+    )
+    np.testing.assert_allclose(
+        verl_advantages(r, g, adv_estimator='rloo').numpy(),
+        np_verl_rloo(r.numpy(), g.tolist()),
+        rtol=1e-10,
+        atol=1e-10,
+    )
 
 
 @SET
-@given(B=st.integers(1, 6), T=st.integers(1, 6), seed=st.integers(0, 10**6), agg=st.sampled_from(AGG_MODES),
-       dual=st.booleans(), max_len=st.one_of(st.none(), st.integers(1, 10)), per_token_adv=st.booleans())
+@given(
+    B=st.integers(1, 6),
+    T=st.integers(1, 6),
+    seed=st.integers(0, 10**6),
+    agg=st.sampled_from(AGG_MODES),
+    dual=st.booleans(),
+    max_len=st.one_of(st.none(), st.integers(1, 10)),
+    per_token_adv=st.booleans(),
+)
 def test_policy_loss_matches_verl_numpy(B, T, seed, agg, dual, max_len, per_token_adv):
     g = torch.Generator().manual_seed(seed)
     old = -torch.rand(B, T, generator=g, dtype=f64) * 3
     logp = old + torch.randn(B, T, generator=g, dtype=f64) * 0.6
-    adv = torch.randn(B, T, generator=g, dtype=f64) if per_token_adv else torch.randn(B, generator=g, dtype=f64)
-    mask = torch.rand(B, T, generator=g) < 0.7; mask[0, 0] = True
+    adv = (
+        torch.randn(B, T, generator=g, dtype=f64)
+        if per_token_adv
+        else torch.randn(B, generator=g, dtype=f64)
+    )
+    mask = torch.rand(B, T, generator=g) < 0.7
+    mask[0, 0] = True
     A = adv if per_token_adv else adv[:, None].expand(B, T)
     A = torch.where(mask, A, torch.zeros_like(A))  # verl/TRL carry A * mask into the loss
-    want = np_verl_policy_loss(old.numpy(), logp.numpy(), A.numpy(), mask.numpy(), 0.2, 0.28, 3.0, agg, max_len, dual)
-    got, stats = ppo_clip_loss(logp, old, adv, mask, 0.2, 0.28, dual_clip=3.0 if dual else None, agg=agg, max_len=max_len)
+    want = np_verl_policy_loss(
+        old.numpy(), logp.numpy(), A.numpy(), mask.numpy(), 0.2, 0.28, 3.0, agg, max_len, dual
+    )
+    got, stats = ppo_clip_loss(
+        logp, old, adv, mask, 0.2, 0.28, dual_clip=3.0 if dual else None, agg=agg, max_len=max_len
+    )
     assert got.item() == pytest.approx(want, rel=1e-10, abs=1e-12)
     assert 0.0 <= stats['clip_frac'] <= 1.0
 
 
 @SET
-@given(B=st.integers(1, 6), T=st.integers(1, 6), seed=st.integers(0, 10**6),
-       loss_type=st.sampled_from(['grpo', 'bnpo', 'dr_grpo']), beta=st.sampled_from([0.0, 0.04]))
+@given(
+    B=st.integers(1, 6),
+    T=st.integers(1, 6),
+    seed=st.integers(0, 10**6),
+    loss_type=st.sampled_from(['grpo', 'bnpo', 'dr_grpo']),
+    beta=st.sampled_from([0.0, 0.04]),
+)
 def test_policy_loss_matches_trl_numpy(B, T, seed, loss_type, beta):
     g = torch.Generator().manual_seed(seed)
     old = -torch.rand(B, T, generator=g, dtype=f64) * 3
     logp = old + torch.randn(B, T, generator=g, dtype=f64) * 0.3
     ref = old + torch.randn(B, T, generator=g, dtype=f64) * 0.3
     adv = torch.randn(B, generator=g, dtype=f64)
-    mask = torch.rand(B, T, generator=g) < 0.7; mask[-1, 0] = True
+    mask = torch.rand(B, T, generator=g) < 0.7
+    mask[-1, 0] = True
     L = T + 3
-    agg = {'grpo': 'seq-mean-token-mean', 'bnpo': 'token-mean', 'dr_grpo': 'seq-mean-token-sum-norm'}[loss_type]
-    want = np_trl_loss(old.numpy(), logp.numpy(), adv.numpy()[:, None], mask.numpy(), 0.2, 0.28, loss_type, L, beta, ref.numpy())
-    got, _ = ppo_clip_loss(logp, old, adv, mask, 0.2, 0.28, ref_logp=ref if beta else None, beta=beta, agg=agg, max_len=L)
+    agg = {
+        'grpo': 'seq-mean-token-mean',
+        'bnpo': 'token-mean',
+        'dr_grpo': 'seq-mean-token-sum-norm',
+    }[loss_type]
+    want = np_trl_loss(
+        old.numpy(),
+        logp.numpy(),
+        adv.numpy()[:, None],
+        mask.numpy(),
+        0.2,
+        0.28,
+        loss_type,
+        L,
+        beta,
+        ref.numpy(),
+    )
+    got, _ = ppo_clip_loss(
+        logp,
+        old,
+        adv,
+        mask,
+        0.2,
+        0.28,
+        ref_logp=ref if beta else None,
+        beta=beta,
+        agg=agg,
+        max_len=L,
+    )
     assert got.item() == pytest.approx(want, rel=1e-10, abs=1e-12)
 
 
 # ---------------------------------------------------------------- loss: gradients and KL
 
+
 @SET
-@given(B=st.integers(1, 5), T=st.integers(1, 6), V=st.integers(2, 6), seed=st.integers(0, 10**6),
-       agg=st.sampled_from(AGG_MODES), dual=st.booleans())
+@given(
+    B=st.integers(1, 5),
+    T=st.integers(1, 6),
+    V=st.integers(2, 6),
+    seed=st.integers(0, 10**6),
+    agg=st.sampled_from(AGG_MODES),
+    dual=st.booleans(),
+)
 def test_gradient_at_ratio_one_is_reinforce(B, T, V, seed, agg, dual):
     g = torch.Generator().manual_seed(seed)
     logits = torch.randn(B, T, V, generator=g, dtype=f64, requires_grad=True)
     tok = torch.randint(0, V, (B, T), generator=g)
-    mask = torch.rand(B, T, generator=g) < 0.7; mask[0, -1] = True
+    mask = torch.rand(B, T, generator=g) < 0.7
+    mask[0, -1] = True
     adv = torch.randn(B, generator=g, dtype=f64)
     lp = lambda: torch.log_softmax(logits, -1).gather(-1, tok[..., None]).squeeze(-1)
     l = lp()
-    g1, = torch.autograd.grad(ppo_clip_loss(l, l.detach(), adv, mask, 0.2, 0.28, dual_clip=3.0 if dual else None, agg=agg, max_len=9)[0], logits)
-    g2, = torch.autograd.grad(aggregate_loss(-adv[:, None] * lp(), mask, agg, max_len=9), logits)
+    (g1,) = torch.autograd.grad(
+        ppo_clip_loss(
+            l, l.detach(), adv, mask, 0.2, 0.28, dual_clip=3.0 if dual else None, agg=agg, max_len=9
+        )[0],
+        logits,
+    )
+    (g2,) = torch.autograd.grad(aggregate_loss(-adv[:, None] * lp(), mask, agg, max_len=9), logits)
     torch.testing.assert_close(g1, g2, rtol=1e-12, atol=1e-14)
 
 
 @SET
-@given(n=st.integers(1, 30), seed=st.integers(0, 10**6), eps_low=st.floats(0.05, 0.5), eps_high=st.floats(0.05, 0.5),
-       c=st.one_of(st.none(), st.floats(1.6, 5.0)))
+@given(
+    n=st.integers(1, 30),
+    seed=st.integers(0, 10**6),
+    eps_low=st.floats(0.05, 0.5),
+    eps_high=st.floats(0.05, 0.5),
+    c=st.one_of(st.none(), st.floats(1.6, 5.0)),
+)
 def test_sign_aware_clipping(n, seed, eps_low, eps_high, c):
     g = torch.Generator().manual_seed(seed)
     rho = torch.exp(torch.randn(n, generator=g, dtype=f64) * 0.8)
     A = torch.randn(n, generator=g, dtype=f64)
     lp = rho.log()[None].clone().requires_grad_()
-    ppo_clip_loss(lp, torch.zeros_like(lp), A[None], torch.ones(1, n, dtype=torch.bool), eps_low, eps_high, dual_clip=c, agg='token-mean')[0].backward()
+    ppo_clip_loss(
+        lp,
+        torch.zeros_like(lp),
+        A[None],
+        torch.ones(1, n, dtype=torch.bool),
+        eps_low,
+        eps_high,
+        dual_clip=c,
+        agg='token-mean',
+    )[0].backward()
     clipped = ((A > 0) & (rho > 1 + eps_high)) | ((A < 0) & (rho < 1 - eps_low))
-    if c is not None: clipped |= (A < 0) & (rho > c)
+    if c is not None:
+        clipped |= (A < 0) & (rho > c)
     want = torch.where(clipped, torch.zeros_like(rho), -A * rho / n)
     torch.testing.assert_close(lp.grad[0], want, rtol=1e-12, atol=1e-15)
     assert torch.equal(lp.grad[0] == 0, clipped | (A == 0))
@@ -274,13 +426,14 @@ def test_k3_nonnegative_zero_at_equal(seed, clamp):
     a, b = torch.randn(50, generator=g, dtype=f64) * 4, torch.randn(50, generator=g, dtype=f64) * 4
     assert (k3_kl(a, b, clamp) >= 0).all()
     assert torch.equal(k3_kl(a, a, clamp), torch.zeros_like(a))
-    if not clamp: torch.testing.assert_close(k3_kl(a, b), torch.exp(b - a) - (b - a) - 1)
+    if not clamp:
+        torch.testing.assert_close(k3_kl(a, b), torch.exp(b - a) - (b - a) - 1)
 
 
 def test_k3_verl_clamp():
-    out = k3_kl(torch.tensor([0.]), torch.tensor([30.]), clamp=True)
+    out = k3_kl(torch.tensor([0.0]), torch.tensor([30.0]), clamp=True)
     assert out.item() == 10.0  # verl clamps k3 to [-10, 10]
-    assert torch.isfinite(k3_kl(torch.tensor([0.]), torch.tensor([1000.]), clamp=True)).all()
+    assert torch.isfinite(k3_kl(torch.tensor([0.0]), torch.tensor([1000.0]), clamp=True)).all()
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
@@ -290,33 +443,57 @@ def test_float32_float64_agree_and_finite(dtype):
     logp = old + torch.randn(8, 12, generator=g, dtype=f64) * 0.5
     ref = old + 0.1
     mask = torch.rand(8, 12, generator=g) < 0.8
-    adv = group_advantages(torch.tensor([1., 0, 0, 1, 1, 1, 0, 0], dtype=f64), [0, 0, 0, 0, 1, 1, 1, 1])
+    adv = group_advantages(
+        torch.tensor([1.0, 0, 0, 1, 1, 1, 0, 0], dtype=f64), [0, 0, 0, 0, 1, 1, 1, 1]
+    )
     out = {}
     for dt in (dtype, f64):
-        l, s = ppo_clip_loss(logp.to(dt), old.to(dt), adv.to(dt), mask, 0.2, 0.28, 3.0, ref.to(dt), 0.05, 'token-mean')
+        l, s = ppo_clip_loss(
+            logp.to(dt),
+            old.to(dt),
+            adv.to(dt),
+            mask,
+            0.2,
+            0.28,
+            3.0,
+            ref.to(dt),
+            0.05,
+            'token-mean',
+        )
         assert l.dtype == dt and torch.isfinite(l)
         out[dt] = l.item()
     assert out[dtype] == pytest.approx(out[f64], rel=1e-5)
-    assert group_advantages(torch.tensor([1., 0, 1], dtype=dtype), [0, 0, 0]).dtype == dtype
+    assert group_advantages(torch.tensor([1.0, 0, 1], dtype=dtype), [0, 0, 0]).dtype == dtype
 
 
 # ---------------------------------------------------------------- aggregation, masks, DAPO
 
+
 def test_aggregation_hand_example():
-    L = torch.tensor([[1., 2., 3.], [4., 5., 6.]]); m = torch.tensor([[1, 1, 0], [1, 1, 1]]).bool()
-    want = {'token-mean': 3.6, 'seq-mean-token-mean': 3.25, 'seq-mean-token-sum': 9.0, 'seq-mean-token-sum-norm': 3.0}
-    for agg, v in want.items(): assert aggregate_loss(L, m, agg).item() == pytest.approx(v)
+    L = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    m = torch.tensor([[1, 1, 0], [1, 1, 1]]).bool()
+    want = {
+        'token-mean': 3.6,
+        'seq-mean-token-mean': 3.25,
+        'seq-mean-token-sum': 9.0,
+        'seq-mean-token-sum-norm': 3.0,
+    }
+    for agg, v in want.items():
+        assert aggregate_loss(L, m, agg).item() == pytest.approx(v)
     assert aggregate_loss(L, m, 'seq-mean-token-sum-norm', max_len=4).item() == pytest.approx(2.25)
 
 
 def test_masked_mean_and_token_advantages():
-    x = torch.tensor([[1., float('inf')], [3., 5.]]); m = torch.tensor([[1, 0], [1, 1]]).bool()
+    x = torch.tensor([[1.0, float('inf')], [3.0, 5.0]])
+    m = torch.tensor([[1, 0], [1, 1]]).bool()
     assert masked_mean(x, m).item() == pytest.approx(3.0)
     assert masked_mean(x, m, dim=0).tolist() == [2.0, 5.0]
     ta = token_advantages(torch.tensor([1.5, -2.0]), m)
     assert ta.tolist() == [[1.5, 0.0], [-2.0, -2.0]]
     # a row with an empty mask gets zeros (documented value)
-    assert token_advantages(torch.tensor([1.5, -2.0]), torch.tensor([[0, 0], [1, 0]]).bool()).tolist() == [[0.0, 0.0], [-2.0, 0.0]]
+    assert token_advantages(
+        torch.tensor([1.5, -2.0]), torch.tensor([[0, 0], [1, 0]]).bool()
+    ).tolist() == [[0.0, 0.0], [-2.0, 0.0]]
 
 
 @SET
@@ -350,48 +527,142 @@ def test_overlong_penalty(Lmax, data):
 
 # ---------------------------------------------------------------- failure cases
 
-@pytest.mark.parametrize('bad, msg', [
-    (lambda: group_advantages(torch.tensor([1., float('nan')]), [0, 0]), 'NaN'),
-    (lambda: group_advantages(torch.tensor([1., float('inf')]), [0, 0]), 'inf'),
-    (lambda: group_advantages(torch.tensor([1., 0.]), [0, 0, 1]), '3 entries for 2 rewards'),
-    (lambda: group_advantages(torch.tensor([1., 0.]), torch.tensor([0, 0, 1])), 'group_ids must be (2,)'),
-    (lambda: group_advantages(torch.tensor([1., 0.]), torch.tensor([0., 1.])), 'integer ids'),
-    (lambda: group_advantages(torch.zeros(2, 2), [0, 0]), '1-D'),
-    (lambda: group_advantages(torch.zeros(0), []), 'non-empty'),
-    (lambda: group_advantages(torch.tensor([1., 0., 1.]), [0, 0, 1], singleton='raise'), 'groups of size 1'),
-    (lambda: group_advantages(torch.tensor([1., 0.]), [0, 0], 'ppo'), 'method must be'),
-    (lambda: group_advantages(torch.tensor([1., 0.]), [0, 0], scale='global'), 'scale must be'),
-    (lambda: group_advantages(torch.tensor([1., 0.]), [0, 0], eps=-1.), 'eps must be'),
-    (lambda: verl_advantages(torch.tensor([1., 0.]), [0, 0], adv_estimator='gae'), 'adv_estimator'),
-    (lambda: base_advantages(torch.tensor([1., 0.]), [0, 0], 'ppo'), 'method must be'),
-    (lambda: token_advantages(torch.ones(3), torch.ones(2, 2)), 'need advantages (B,)'),
-    (lambda: masked_mean(torch.ones(2, 2), torch.zeros(2, 2)), 'mask is empty'),
-    (lambda: aggregate_loss(torch.ones(2, 2), torch.zeros(2, 2), 'token-mean'), 'mask is empty'),
-    (lambda: aggregate_loss(torch.ones(2, 2), torch.ones(2, 3), 'token-mean'), 'same (B, T) shape'),
-    (lambda: aggregate_loss(torch.ones(2, 2), torch.ones(2, 2), 'seq-mean-token-sum-norm', max_len=0), 'max_len must be positive'),
-    (lambda: ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.zeros(2, 3)), 'mask is empty'),
-    (lambda: ppo_clip_loss(torch.zeros(2, 3), torch.zeros(3, 3), torch.zeros(2), torch.ones(2, 3)), 'old_logp (3, 3)'),
-    (lambda: ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 2), torch.ones(2, 3)), 'advantages must be'),
-    (lambda: ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.ones(2, 3), ref_logp=torch.zeros(2, 2), beta=1.), 'ref_logp (2, 2)'),
-    (lambda: ppo_clip_loss(torch.zeros(2, 3), torch.full((2, 3), float('nan')), torch.zeros(2), torch.ones(2, 3)), 'NaN'),
-    (lambda: ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.ones(2, 3), clip_eps_low=1.0), 'clip_eps_low'),
-    (lambda: ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.ones(2, 3), dual_clip=1.0), 'dual_clip must be > 1'),
-    (lambda: ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.ones(2, 3), beta=-1.), 'beta must be >= 0'),
-    (lambda: k3_kl(torch.zeros(2), torch.zeros(3)), 'differ in shape'),
-    (lambda: dynamic_sampling_mask(torch.tensor([0., float('nan')]), [0, 0]), 'NaN'),
-    (lambda: overlong_penalty([3, 4], 10, 11), '0 < cache_len <= max_len'),
-    (lambda: overlong_penalty([-1], 10, 2), 'non-negative'),
-])
+
+@pytest.mark.parametrize(
+    'bad, msg',
+    [
+        (lambda: group_advantages(torch.tensor([1.0, float('nan')]), [0, 0]), 'NaN'),
+        (lambda: group_advantages(torch.tensor([1.0, float('inf')]), [0, 0]), 'inf'),
+        (lambda: group_advantages(torch.tensor([1.0, 0.0]), [0, 0, 1]), '3 entries for 2 rewards'),
+        (
+            lambda: group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0, 1])),
+            'group_ids must be (2,)',
+        ),
+        (
+            lambda: group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])),
+            'integer ids',
+        ),
+        (lambda: group_advantages(torch.zeros(2, 2), [0, 0]), '1-D'),
+        (lambda: group_advantages(torch.zeros(0), []), 'non-empty'),
+        (
+            lambda: group_advantages(torch.tensor([1.0, 0.0, 1.0]), [0, 0, 1], singleton='raise'),
+            'groups of size 1',
+        ),
+        (lambda: group_advantages(torch.tensor([1.0, 0.0]), [0, 0], 'ppo'), 'method must be'),
+        (
+            lambda: group_advantages(torch.tensor([1.0, 0.0]), [0, 0], scale='global'),
+            'scale must be',
+        ),
+        (lambda: group_advantages(torch.tensor([1.0, 0.0]), [0, 0], eps=-1.0), 'eps must be'),
+        (
+            lambda: verl_advantages(torch.tensor([1.0, 0.0]), [0, 0], adv_estimator='gae'),
+            'adv_estimator',
+        ),
+        (lambda: base_advantages(torch.tensor([1.0, 0.0]), [0, 0], 'ppo'), 'method must be'),
+        (lambda: token_advantages(torch.ones(3), torch.ones(2, 2)), 'need advantages (B,)'),
+        (lambda: masked_mean(torch.ones(2, 2), torch.zeros(2, 2)), 'mask is empty'),
+        (
+            lambda: aggregate_loss(torch.ones(2, 2), torch.zeros(2, 2), 'token-mean'),
+            'mask is empty',
+        ),
+        (
+            lambda: aggregate_loss(torch.ones(2, 2), torch.ones(2, 3), 'token-mean'),
+            'same (B, T) shape',
+        ),
+        (
+            lambda: aggregate_loss(
+                torch.ones(2, 2), torch.ones(2, 2), 'seq-mean-token-sum-norm', max_len=0
+            ),
+            'max_len must be positive',
+        ),
+        (
+            lambda: ppo_clip_loss(
+                torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.zeros(2, 3)
+            ),
+            'mask is empty',
+        ),
+        (
+            lambda: ppo_clip_loss(
+                torch.zeros(2, 3), torch.zeros(3, 3), torch.zeros(2), torch.ones(2, 3)
+            ),
+            'old_logp (3, 3)',
+        ),
+        (
+            lambda: ppo_clip_loss(
+                torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2, 2), torch.ones(2, 3)
+            ),
+            'advantages must be',
+        ),
+        (
+            lambda: ppo_clip_loss(
+                torch.zeros(2, 3),
+                torch.zeros(2, 3),
+                torch.zeros(2),
+                torch.ones(2, 3),
+                ref_logp=torch.zeros(2, 2),
+                beta=1.0,
+            ),
+            'ref_logp (2, 2)',
+        ),
+        (
+            lambda: ppo_clip_loss(
+                torch.zeros(2, 3),
+                torch.full((2, 3), float('nan')),
+                torch.zeros(2),
+                torch.ones(2, 3),
+            ),
+            'NaN',
+        ),
+        (
+            lambda: ppo_clip_loss(
+                torch.zeros(2, 3),
+                torch.zeros(2, 3),
+                torch.zeros(2),
+                torch.ones(2, 3),
+                clip_eps_low=1.0,
+            ),
+            'clip_eps_low',
+        ),
+        (
+            lambda: ppo_clip_loss(
+                torch.zeros(2, 3),
+                torch.zeros(2, 3),
+                torch.zeros(2),
+                torch.ones(2, 3),
+                dual_clip=1.0,
+            ),
+            'dual_clip must be > 1',
+        ),
+        (
+            lambda: ppo_clip_loss(
+                torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(2), torch.ones(2, 3), beta=-1.0
+            ),
+            'beta must be >= 0',
+        ),
+        (lambda: k3_kl(torch.zeros(2), torch.zeros(3)), 'differ in shape'),
+        (lambda: dynamic_sampling_mask(torch.tensor([0.0, float('nan')]), [0, 0]), 'NaN'),
+        (lambda: overlong_penalty([3, 4], 10, 11), '0 < cache_len <= max_len'),
+        (lambda: overlong_penalty([-1], 10, 2), 'non-negative'),
+    ],
+)
 def test_bad_input(bad, msg):
-    with pytest.raises((ValueError, TypeError)) as e: bad()
+    with pytest.raises((ValueError, TypeError)) as e:
+        bad()
     assert msg in str(e.value)
 
 
 def test_nan_at_padding_never_leaks():
-    logp = torch.tensor([[-1., float('nan'), float('-inf')]], requires_grad=True)
+    logp = torch.tensor([[-1.0, float('nan'), float('-inf')]], requires_grad=True)
     m = torch.tensor([[True, False, False]])
-    loss, stats = ppo_clip_loss(logp, torch.tensor([[-1.2, float('nan'), 0.]]), torch.tensor([1.]), m,
-                                ref_logp=torch.tensor([[-1., float('nan'), 3.]]), beta=0.1, agg='token-mean')
+    loss, stats = ppo_clip_loss(
+        logp,
+        torch.tensor([[-1.2, float('nan'), 0.0]]),
+        torch.tensor([1.0]),
+        m,
+        ref_logp=torch.tensor([[-1.0, float('nan'), 3.0]]),
+        beta=0.1,
+        agg='token-mean',
+    )
     loss.backward()
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
     assert logp.grad[0, 1:].abs().sum() == 0

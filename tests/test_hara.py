@@ -1,37 +1,56 @@
-"Property, cross-check and bad-input tests for hara_ref.hara.weights (chapters 09-09c; imported through `hara_ref.hara.weights`, which re-exports them)."
-import math, warnings
+"""Property, cross-check and bad-input tests for HARA's novelty and weights (chapters 12_novelty,
+13_hara) and the baselines (14_baselines)."""
+
+import math
+import warnings
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, METHODS
-from hara_ref.hara.novelty import hara_novelty, relative_novelty, span_novelty, token_contributions
-from hara_ref.hara.rollouts import span_ids, outcome_groups, pack_slots, check_rollouts
+from hara_ref.hara.weights import hara_advantages, reweight_advantages, METHODS
+from hara_ref.hara.novelty import hara_novelty, relative_novelty
+from hara_ref.hara.rollouts import span_ids, outcome_groups, pack_slots
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.hara.baselines import (
-    shear_weights, shear_advantages, entropy_weights, entropy_advantages, position_weights,
-    position_advantages, token_entropy, window_starts)
+    shear_weights,
+    shear_advantages,
+    entropy_weights,
+    position_weights,
+    token_entropy,
+    window_starts,
+)
 from hara_ref.practice.cli import bench_hara_cli
 from hara_ref.rlvr.grpo import base_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
 from test_hara_novelty import gauss_batch as _gauss_batch  # i.i.d. Gaussian rollouts, 4 prompts x 8
 
 SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-# Fixed iteration counts (outer and inner, per-item Sinkhorn stopping in float64): then a rollout's numbers do not
-# depend on which other groups share the batch, up to rounding. `group_barycenters` (chapter 24_barycenters) also stops each outcome group
-# on its own `tol`, so packing is invariant with the defaults too (`test_padding_and_packing_change_nothing_default_tol`).
-EXACT = dict(bary_kw=dict(max_iter=3, tol=0., inner_rtol=0., stop_thr=1e-10, inner_iter=200))
-# Properties that hold at any iterate (bounds, padding) are checked on a short solve: random tiny batches have no
-# structure and the converged barycenter takes hundreds of iterations there (chapter 24_barycenters), which the default-tolerance
+# Fixed iteration counts (outer and inner, per-item Sinkhorn stopping in float64): then a rollout's
+# numbers do not
+# depend on which other groups share the batch, up to rounding. `group_barycenters` (chapter
+# 24_barycenters) also stops each outcome group
+# on its own `tol`, so packing is invariant with the defaults too
+# (`test_padding_and_packing_change_nothing_default_tol`).
+EXACT = dict(bary_kw=dict(max_iter=3, tol=0.0, inner_rtol=0.0, stop_thr=1e-10, inner_iter=200))
+# Properties that hold at any iterate (bounds, padding) are checked on a short solve: random tiny
+# batches have no
+# structure and the converged barycenter takes hundreds of iterations there (chapter
+# 24_barycenters), which the default-tolerance
 # and convergence tests below cover.
 SHORT = dict(bary_kw=dict(max_iter=30, tol=1e-3))
 
+
 @st.composite
 def batches(draw, max_prompts=3, max_k=5, max_T=7, d=3, min_len=1):
-    "Random padded batches: P prompts x K rollouts, lengths in [min_len, T], binary rewards, float64."
-    P, K, T = draw(st.integers(1, max_prompts)), draw(st.integers(2, max_k)), draw(st.integers(1, max_T))
-    g = torch.Generator().manual_seed(draw(st.integers(0, 2 ** 16)))
+    """Random padded batches: P prompts x K rollouts, lengths in [min_len, T], binary rewards,
+    float64."""
+    P, K, T = (
+        draw(st.integers(1, max_prompts)),
+        draw(st.integers(2, max_k)),
+        draw(st.integers(1, max_T)),
+    )
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
     B = P * K
     hidden = torch.randn(B, T, d, generator=g, dtype=torch.float64)
     L = torch.randint(min_len, T + 1, (B,), generator=g)
@@ -39,36 +58,61 @@ def batches(draw, max_prompts=3, max_k=5, max_T=7, d=3, min_len=1):
     rewards = torch.randint(0, 2, (B,), generator=g).double()
     return hidden, mask, rewards, torch.arange(P).repeat_interleave(K)
 
+
 def planted_pair(sub=3, seed=0, K=16):
-    "16 planted rollouts, 8 correct / 8 wrong; rollout 2 (correct) and 11 (wrong) carry a novel stage."
-    p, q = planted_stage_rollouts(K=K, substitute=(2, sub), seed=seed), planted_stage_rollouts(K=K, substitute=(11, sub), seed=seed)
+    """16 planted rollouts, 8 correct / 8 wrong; rollout 2 (correct) and 11 (wrong) carry a novel
+    stage."""
+    p, q = (
+        planted_stage_rollouts(K=K, substitute=(2, sub), seed=seed),
+        planted_stage_rollouts(K=K, substitute=(11, sub), seed=seed),
+    )
     hidden, stages = p.hidden.clone(), p.stages.clone()
     hidden[11], stages[11] = q.hidden[11], q.stages[11]
-    bnd = torch.zeros_like(p.mask); bnd[:, 1:] = stages[:, 1:] != stages[:, :-1]
-    return hidden, p.mask, (torch.arange(K) < K // 2).double(), torch.zeros(K, dtype=torch.long), stages, bnd
+    bnd = torch.zeros_like(p.mask)
+    bnd[:, 1:] = stages[:, 1:] != stages[:, :-1]
+    return (
+        hidden,
+        p.mask,
+        (torch.arange(K) < K // 2).double(),
+        torch.zeros(K, dtype=torch.long),
+        stages,
+        bnd,
+    )
+
 
 GRAN = [dict(granularity='seq'), dict(granularity='tok'), dict(granularity='span', span_len=2)]
+
 
 # ---------------------------------------------------------------- properties
 @SETTINGS
 @given(batches(), st.sampled_from(['grpo', 'drgrpo', 'dapo']), st.sampled_from(range(3)))
 def test_kappa_zero_is_base_exactly(b, base, gi):
     hidden, mask, rewards, gid = b
-    adv, rw = hara_advantages(hidden, mask, rewards, gid, base=base, kappa=0., **GRAN[gi])
+    adv, rw = hara_advantages(hidden, mask, rewards, gid, base=base, kappa=0.0, **GRAN[gi])
     A = base_advantages(rewards, gid, method=base)
     assert torch.equal(adv, A[:, None] * mask)
     assert torch.equal(rw.weights, torch.ones_like(rw.weights))
 
+
 @SETTINGS
-@given(batches(), st.floats(0., 3.), st.floats(0., 1.), st.floats(1., 4.), st.sampled_from(range(3)))
+@given(
+    batches(),
+    st.floats(0.0, 3.0),
+    st.floats(0.0, 1.0),
+    st.floats(1.0, 4.0),
+    st.sampled_from(range(3)),
+)
 def test_weights_in_range(b, kappa, w_min, w_max, gi):
     hidden, mask, rewards, gid = b
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', RuntimeWarning)  # the short solve's cap
-        adv, rw = hara_advantages(hidden, mask, rewards, gid, kappa=kappa, w_min=w_min, w_max=w_max, **GRAN[gi], **SHORT)
+        adv, rw = hara_advantages(
+            hidden, mask, rewards, gid, kappa=kappa, w_min=w_min, w_max=w_max, **GRAN[gi], **SHORT
+        )
     w = rw.weights[mask]
     assert ((w >= w_min) & (w <= w_max)).all() and torch.isfinite(adv).all()
     assert torch.equal(adv, rw.base[:, None] * rw.weights * mask)
+
 
 @SETTINGS
 @given(batches(), st.integers(0, 1000), st.sampled_from(range(3)))
@@ -76,9 +120,12 @@ def test_permutation_equivariance(b, seed, gi):
     hidden, mask, rewards, gid = b
     perm = torch.randperm(len(rewards), generator=torch.Generator().manual_seed(seed))
     adv, rw = hara_advantages(hidden, mask, rewards, gid, **GRAN[gi], **EXACT)
-    adv_p, rw_p = hara_advantages(hidden[perm], mask[perm], rewards[perm], gid[perm], **GRAN[gi], **EXACT)
+    adv_p, rw_p = hara_advantages(
+        hidden[perm], mask[perm], rewards[perm], gid[perm], **GRAN[gi], **EXACT
+    )
     torch.testing.assert_close(adv_p, adv[perm], atol=1e-9, rtol=1e-9)
     torch.testing.assert_close(rw_p.novelty.n_tok, rw.novelty.n_tok[perm], atol=1e-9, rtol=1e-9)
+
 
 @SETTINGS
 @given(batches(max_prompts=2), batches(max_prompts=2), st.integers(1, 4), st.sampled_from(range(3)))
@@ -87,28 +134,53 @@ def test_padding_and_packing_change_nothing(b1, b2, extra, gi):
     a1, _ = hara_advantages(h1, m1, r1, g1, **GRAN[gi], **EXACT)
     a2, _ = hara_advantages(h2, m2, r2, g2, **GRAN[gi], **EXACT)
     T = max(h1.shape[1], h2.shape[1]) + extra
-    pad = lambda h, m: (torch.cat([h, torch.randn(h.shape[0], T - h.shape[1], h.shape[2], dtype=h.dtype)], 1),
-                        torch.cat([m, torch.zeros(m.shape[0], T - m.shape[1], dtype=torch.bool)], 1))
+    pad = lambda h, m: (
+        torch.cat([h, torch.randn(h.shape[0], T - h.shape[1], h.shape[2], dtype=h.dtype)], 1),
+        torch.cat([m, torch.zeros(m.shape[0], T - m.shape[1], dtype=torch.bool)], 1),
+    )
     (H1, M1), (H2, M2) = pad(h1, m1), pad(h2, m2)
-    a, _ = hara_advantages(torch.cat([H1, H2]), torch.cat([M1, M2]), torch.cat([r1, r2]), torch.cat([g1, g2 + 100]), **GRAN[gi], **EXACT)
-    torch.testing.assert_close(a[:len(r1), :h1.shape[1]], a1, atol=1e-9, rtol=1e-9)
-    torch.testing.assert_close(a[len(r1):, :h2.shape[1]], a2, atol=1e-9, rtol=1e-9)
-    assert (a[:len(r1), h1.shape[1]:] == 0).all() and (a[len(r1):, h2.shape[1]:] == 0).all()
+    a, _ = hara_advantages(
+        torch.cat([H1, H2]),
+        torch.cat([M1, M2]),
+        torch.cat([r1, r2]),
+        torch.cat([g1, g2 + 100]),
+        **GRAN[gi],
+        **EXACT,
+    )
+    torch.testing.assert_close(a[: len(r1), : h1.shape[1]], a1, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(a[len(r1) :, : h2.shape[1]], a2, atol=1e-9, rtol=1e-9)
+    assert (a[: len(r1), h1.shape[1] :] == 0).all() and (a[len(r1) :, h2.shape[1] :] == 0).all()
+
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batches(max_prompts=2, max_k=3, max_T=5), batches(max_prompts=2, max_k=3, max_T=5), st.integers(1, 4), st.sampled_from(range(3)))
+@given(
+    batches(max_prompts=2, max_k=3, max_T=5),
+    batches(max_prompts=2, max_k=3, max_T=5),
+    st.integers(1, 4),
+    st.sampled_from(range(3)),
+)
 def test_padding_and_packing_change_nothing_default_tol(b1, b2, extra, gi):
-    "With the default tolerance-based stopping too: each outcome group stops on its own tol (`group_barycenters`)."
+    """With the default tolerance-based stopping too: each outcome group stops on its own tol
+    (`group_barycenters`)."""
     (h1, m1, r1, g1), (h2, m2, r2, g2) = b1, b2
     a1, _ = hara_advantages(h1, m1, r1, g1, **GRAN[gi])
     a2, _ = hara_advantages(h2, m2, r2, g2, **GRAN[gi])
     T = max(h1.shape[1], h2.shape[1]) + extra
-    pad = lambda h, m: (torch.cat([h, torch.randn(h.shape[0], T - h.shape[1], h.shape[2], dtype=h.dtype)], 1),
-                        torch.cat([m, torch.zeros(m.shape[0], T - m.shape[1], dtype=torch.bool)], 1))
+    pad = lambda h, m: (
+        torch.cat([h, torch.randn(h.shape[0], T - h.shape[1], h.shape[2], dtype=h.dtype)], 1),
+        torch.cat([m, torch.zeros(m.shape[0], T - m.shape[1], dtype=torch.bool)], 1),
+    )
     (H1, M1), (H2, M2) = pad(h1, m1), pad(h2, m2)
-    a, _ = hara_advantages(torch.cat([H1, H2]), torch.cat([M1, M2]), torch.cat([r1, r2]), torch.cat([g1, g2 + 100]), **GRAN[gi])
-    torch.testing.assert_close(a[:len(r1), :h1.shape[1]], a1, atol=1e-9, rtol=1e-9)
-    torch.testing.assert_close(a[len(r1):, :h2.shape[1]], a2, atol=1e-9, rtol=1e-9)
+    a, _ = hara_advantages(
+        torch.cat([H1, H2]),
+        torch.cat([M1, M2]),
+        torch.cat([r1, r2]),
+        torch.cat([g1, g2 + 100]),
+        **GRAN[gi],
+    )
+    torch.testing.assert_close(a[: len(r1), : h1.shape[1]], a1, atol=1e-9, rtol=1e-9)
+    torch.testing.assert_close(a[len(r1) :, : h2.shape[1]], a2, atol=1e-9, rtol=1e-9)
+
 
 @SETTINGS
 @given(batches(), st.sampled_from(['grpo', 'drgrpo', 'dapo']), st.sampled_from(range(3)))
@@ -118,23 +190,34 @@ def test_all_same_outcome_keeps_zero_advantage(b, base, gi):
         adv, _ = hara_advantages(hidden, mask, r, gid, base=base, **GRAN[gi])
         assert torch.equal(adv, torch.zeros_like(adv))
 
+
 @SETTINGS
 @given(batches(max_prompts=1, max_k=4), st.sampled_from(range(3)))
 def test_identical_rollouts_identical_weights(b, gi):
     hidden, mask, rewards, gid = b
     hidden, mask = hidden.clone(), mask.clone()
-    hidden[1], mask[1], rewards[1] = hidden[0], mask[0], rewards[0]  # rollout 1 is a copy of rollout 0
+    # rollout 1 is a copy of rollout 0
+    hidden[1], mask[1], rewards[1] = hidden[0], mask[0], rewards[0]
     _, rw = hara_advantages(hidden, mask, rewards, gid, **GRAN[gi], **EXACT)
     torch.testing.assert_close(rw.weights[1], rw.weights[0], atol=1e-9, rtol=1e-9)
+
 
 @pytest.mark.parametrize('K', [2, 5])
 def test_group_of_identical_rollouts_has_sequence_weight_one(K):
     h = torch.randn(1, 6, 4, dtype=torch.float64).expand(2 * K, -1, -1)
     mask = torch.ones(2 * K, 6, dtype=torch.bool)
     rewards = (torch.arange(2 * K) < K).double()
-    adv, rw = hara_advantages(h, mask, rewards, torch.zeros(2 * K, dtype=torch.long), granularity='seq')
+    adv, rw = hara_advantages(
+        h, mask, rewards, torch.zeros(2 * K, dtype=torch.long), granularity='seq'
+    )
     torch.testing.assert_close(rw.weights, torch.ones_like(rw.weights), atol=1e-9, rtol=0)
-    torch.testing.assert_close(adv, base_advantages(rewards, torch.zeros(2 * K, dtype=torch.long))[:, None].expand(-1, 6), atol=1e-9, rtol=0)
+    torch.testing.assert_close(
+        adv,
+        base_advantages(rewards, torch.zeros(2 * K, dtype=torch.long))[:, None].expand(-1, 6),
+        atol=1e-9,
+        rtol=0,
+    )
+
 
 @pytest.mark.parametrize('seed,sub', [(0, 3), (1, 2)])
 def test_novel_span_push_and_penalty(seed, sub):
@@ -147,34 +230,52 @@ def test_novel_span_push_and_penalty(seed, sub):
         assert (adv[2][novel[2]] > A[2]).all() and (adv[11][novel[11]].abs() < A[11].abs()).all()
     _, rw = hara_advantages(hidden, mask, rewards, gid, granularity='span', boundaries=bnd)
     for i in (2, 11):  # the largest relative novelty is on exactly the substituted span
-        assert novel[i, rw.x[i].argmax()] and (rw.x[i][novel[i]].min() > rw.x[i][mask[i] & ~novel[i]].max())
+        assert novel[i, rw.x[i].argmax()] and (
+            rw.x[i][novel[i]].min() > rw.x[i][mask[i] & ~novel[i]].max()
+        )
+
 
 def test_deterministic_and_dtypes_agree():
     hidden, mask, rewards, gid, _, bnd = planted_pair()
-    kw = dict(bary_kw=dict(max_iter=5, tol=0.))
+    kw = dict(bary_kw=dict(max_iter=5, tol=0.0))
     a64, _ = hara_advantages(hidden, mask, rewards, gid, **kw)
     assert torch.equal(a64, hara_advantages(hidden, mask, rewards, gid, **kw)[0])
     a32, rw32 = hara_advantages(hidden.float(), mask, rewards.float(), gid, **kw)
     assert a32.dtype == torch.float32 and a64.dtype == torch.float64
     torch.testing.assert_close(a32.double(), a64, atol=2e-3, rtol=2e-3)
 
+
 # ---------------------------------------------------------------- the pieces, cross-checked
 def test_contributions_sum_to_entropic_cost_and_match_pot():
-    "Default call: final plans against the returned barycenter; each rollout's token contributions sum to its entropic LFGW (POT, relative 1e-4)."
+    """Default call: final plans against the returned barycenter; each rollout's token contributions
+    sum to its entropic LFGW (POT, relative 1e-4)."""
     ot = pytest.importorskip('ot')
     hidden, mask, rewards, gid = _gauss_batch(0)
     nov = hara_novelty(hidden, mask, rewards, gid)
     from hara_ref.ot.fgw import chain_positions, normalize_features
+
     for g, k in ((0, 0), (1, 1), (3, 2)):
-        i = int(nov.slots[g, k]); L = int(mask[i].sum())
+        i = int(nov.slots[g, k])
+        L = int(mask[i].sum())
         h = normalize_features(hidden[i, :L], how='unit')
-        tau = chain_positions(mask[i:i + 1, :L], torch.float64)[0]
+        tau = chain_positions(mask[i : i + 1, :L], torch.float64)[0]
         M = lifted_cost(h, tau, nov.barycenters[g], nov.tau_bar, 0.25)
-        P = ot.sinkhorn(np.full(L, 1 / L), np.full(32, 1 / 32), M.numpy(), 0.05, method='sinkhorn_log', stopThr=1e-12, numItermax=20000)
+        P = ot.sinkhorn(
+            np.full(L, 1 / L),
+            np.full(32, 1 / 32),
+            M.numpy(),
+            0.05,
+            method='sinkhorn_log',
+            stopThr=1e-12,
+            numItermax=20000,
+        )
         lfgw = float((P * M.numpy()).sum())
         assert abs(nov.contrib[i, :L].sum().item() - lfgw) <= 1e-4 * lfgw
-        np.testing.assert_allclose(nov.contrib[i, :L].numpy(), (P * M.numpy()).sum(1), rtol=1e-3, atol=1e-7)
+        np.testing.assert_allclose(
+            nov.contrib[i, :L].numpy(), (P * M.numpy()).sum(1), rtol=1e-3, atol=1e-7
+        )
         assert abs(nov.n_seq[i].item() - lfgw) <= 1e-4 * lfgw  # N_i = sum_t c_t
+
 
 def test_relative_novelty_group_mean_is_one():
     hidden, mask, rewards, gid, _, _ = planted_pair()
@@ -182,44 +283,68 @@ def test_relative_novelty_group_mean_is_one():
     x = relative_novelty(nov.n_tok, mask, nov.og)
     for g in nov.og.unique():
         sel = nov.og == g
-        torch.testing.assert_close((x[sel] * mask[sel]).sum() / mask[sel].sum(), torch.tensor(1., dtype=x.dtype))
-        torch.testing.assert_close(relative_novelty(nov.n_seq, mask, nov.og)[sel].mean(), torch.tensor(1., dtype=x.dtype))
+        torch.testing.assert_close(
+            (x[sel] * mask[sel]).sum() / mask[sel].sum(), torch.tensor(1.0, dtype=x.dtype)
+        )
+        torch.testing.assert_close(
+            relative_novelty(nov.n_seq, mask, nov.og)[sel].mean(), torch.tensor(1.0, dtype=x.dtype)
+        )
+
 
 def test_table2_metrics():
     hidden, mask, rewards, gid, stages, _ = planted_pair()
     for metric in ('fgw', 'w', 'gw', 'embed'):
         nov = hara_novelty(hidden, mask, rewards, gid, metric=metric, bary_kw=dict(max_iter=5))
         assert torch.isfinite(nov.n_tok).all() and (nov.n_tok >= 0).all()
-    # GW (alpha = 1) after the anchor linearization sees positions only: equal lengths -> equal novelty
+    # GW (alpha = 1) after the anchor linearization sees positions only: equal lengths -> equal
+    # novelty
     h = torch.randn(4, 5, 3, dtype=torch.float64)
-    nov = hara_novelty(h, torch.ones(4, 5, dtype=torch.bool), torch.ones(4, dtype=torch.float64), torch.zeros(4, dtype=torch.long), metric='gw')
+    nov = hara_novelty(
+        h,
+        torch.ones(4, 5, dtype=torch.bool),
+        torch.ones(4, dtype=torch.float64),
+        torch.zeros(4, dtype=torch.long),
+        metric='gw',
+    )
     torch.testing.assert_close(nov.n_seq, nov.n_seq[:1].expand(4))
 
+
 def test_outcome_groups_and_packing():
-    og, sizes = outcome_groups(torch.tensor([1., 0., 1., 1.]), torch.tensor([3, 3, 3, 1]))
+    og, sizes = outcome_groups(torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([3, 3, 3, 1]))
     assert og.tolist() == [2, 1, 2, 0] and sizes.tolist() == [1, 1, 2]
     assert pack_slots(og, torch.ones(4, dtype=torch.bool)).tolist() == [[3, -1], [1, -1], [0, 2]]
+
 
 def test_spans():
     mask = torch.tensor([[True] * 4 + [False] * 2])
     assert span_ids(mask, span_len=3).tolist() == [[0, 0, 0, 1, 0, 0]]
-    bnd = torch.tensor([[True, False, True, False, True, True]])  # a boundary on token 0 and on padding is harmless
+    # a boundary on token 0 and on padding is harmless
+    bnd = torch.tensor([[True, False, True, False, True, True]])
     assert span_ids(mask, boundaries=bnd).tolist() == [[0, 0, 1, 1, 0, 0]]
+
 
 # ---------------------------------------------------------------- baselines
 def test_shear():
     hidden, mask, rewards, gid, stages, _ = planted_pair()
     w = shear_weights(hidden, mask, rewards, gid)
     assert torch.isfinite(w).all() and (w[mask] >= 0).all() and (w[~mask] == 1).all()
-    assert torch.equal(shear_weights(hidden, mask, torch.ones_like(rewards), gid), torch.ones_like(w))  # no opposing group
-    # a correct rollout's novel stage (no wrong rollout has it) is far from every wrong rollout: its weight peaks there
+    # no opposing group
+    assert torch.equal(
+        shear_weights(hidden, mask, torch.ones_like(rewards), gid), torch.ones_like(w)
+    )
+    # a correct rollout's novel stage (no wrong rollout has it) is far from every wrong rollout: its
+    # weight peaks there
     p = planted_stage_rollouts(K=8, substitute=(2, 3), seed=0)
     w1 = shear_weights(p.hidden, p.mask, rewards[4:12], gid[:8], width=4, stride=2)
     nv = p.stages[2] == 6  # windows overlap, so the neighbours of the novel stage share its maximum
-    assert w1[2][nv].max() == w1[2][p.mask[2]].max() and w1[2][nv].mean() > w1[2][p.mask[2] & ~nv].mean()
+    assert (
+        w1[2][nv].max() == w1[2][p.mask[2]].max()
+        and w1[2][nv].mean() > w1[2][p.mask[2] & ~nv].mean()
+    )
     adv, rw = shear_advantages(hidden, mask, rewards, gid)
     torch.testing.assert_close(adv, rw.base[:, None] * w * mask)
     assert window_starts(10, 4, 3) == [0, 3, 6] and window_starts(11, 4, 3) == [0, 3, 6, 7]
+
 
 def test_entropy_and_position():
     g = torch.Generator().manual_seed(0)
@@ -229,9 +354,14 @@ def test_entropy_and_position():
     assert int(w[mask].sum()) == math.ceil(0.2 * int(mask.sum()))
     assert H[mask][w[mask] == 1].min() >= H[mask][w[mask] == 0].max()
     p = position_weights(mask, lam=0.9)
-    assert torch.allclose(p[1, 39], torch.tensor(1., dtype=torch.float64)) and torch.allclose(p[1, 0], torch.tensor(0.9 ** 39, dtype=torch.float64))
+    assert torch.allclose(p[1, 39], torch.tensor(1.0, dtype=torch.float64)) and torch.allclose(
+        p[1, 0], torch.tensor(0.9**39, dtype=torch.float64)
+    )
     logits = torch.randn(2, 3, 7, dtype=torch.float64)
-    torch.testing.assert_close(token_entropy(logits), torch.distributions.Categorical(logits=logits).entropy())
+    torch.testing.assert_close(
+        token_entropy(logits), torch.distributions.Categorical(logits=logits).entropy()
+    )
+
 
 def test_reweight_dispatch():
     hidden, mask, rewards, gid, _, bnd = planted_pair()
@@ -239,58 +369,99 @@ def test_reweight_dispatch():
     A = base_advantages(rewards, gid)
     for m in METHODS:
         adv, rw = reweight_advantages(m, hidden, mask, rewards, gid, logits_entropy=H)
-        assert adv.shape == mask.shape and torch.isfinite(adv).all() and rw.method.startswith(m.split('-')[0])
-    assert torch.equal(reweight_advantages('none', hidden, mask, rewards, gid)[0], A[:, None] * mask)
-    assert reweight_advantages('hara-tok', hidden, mask, rewards, gid, boundaries=bnd)[1].method == 'hara-span'
+        assert (
+            adv.shape == mask.shape
+            and torch.isfinite(adv).all()
+            and rw.method.startswith(m.split('-')[0])
+        )
+    assert torch.equal(
+        reweight_advantages('none', hidden, mask, rewards, gid)[0], A[:, None] * mask
+    )
+    assert (
+        reweight_advantages('hara-tok', hidden, mask, rewards, gid, boundaries=bnd)[1].method
+        == 'hara-span'
+    )
     given_A = torch.linspace(-1, 1, 16, dtype=torch.float64)
     adv, rw = reweight_advantages('position', None, mask, rewards, gid, advantages=given_A)
     assert torch.equal(rw.base, given_A)
-    with pytest.raises(ValueError, match='unknown method'): reweight_advantages('ppo', hidden, mask, rewards, gid)
-    with pytest.raises(ValueError, match='logits_entropy'): reweight_advantages('entropy', hidden, mask, rewards, gid)
+    with pytest.raises(ValueError, match='unknown method'):
+        reweight_advantages('ppo', hidden, mask, rewards, gid)
+    with pytest.raises(ValueError, match='logits_entropy'):
+        reweight_advantages('entropy', hidden, mask, rewards, gid)
+
 
 # ---------------------------------------------------------------- bad input
 def _ok():
     g = torch.Generator().manual_seed(0)
-    return torch.randn(4, 5, 3, generator=g, dtype=torch.float64), torch.ones(4, 5, dtype=torch.bool), torch.tensor([1., 0., 1., 0.], dtype=torch.float64), torch.zeros(4, dtype=torch.long)
+    return (
+        torch.randn(4, 5, 3, generator=g, dtype=torch.float64),
+        torch.ones(4, 5, dtype=torch.bool),
+        torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=torch.float64),
+        torch.zeros(4, dtype=torch.long),
+    )
+
 
 @pytest.mark.parametrize('bad', [float('nan'), float('inf'), -float('inf')])
 def test_nonfinite_hidden_raises(bad):
-    h, m, r, g = _ok(); h[2, 3, 1] = bad
-    with pytest.raises(ValueError, match=r'NaN/Inf on real tokens \(first at rollout 2, token 3\)'): hara_advantages(h, m, r, g)
+    h, m, r, g = _ok()
+    h[2, 3, 1] = bad
+    with pytest.raises(ValueError, match=r'NaN/Inf on real tokens \(first at rollout 2, token 3\)'):
+        hara_advantages(h, m, r, g)
     m[2, 3:] = False  # the same value on padding is fine
     assert torch.isfinite(hara_advantages(h, m, r, g)[0]).all()
 
+
 def test_empty_and_single_token_rollouts():
     h, m, r, g = _ok()
-    m[0] = False; m[1, 1:] = False  # rollout 0 empty, rollout 1 one token
+    m[0] = False
+    m[1, 1:] = False  # rollout 0 empty, rollout 1 one token
     adv, rw = hara_advantages(h, m, r, g)
     assert torch.isfinite(adv).all() and (adv[0] == 0).all() and not rw.novelty.computed[0]
     assert rw.base[0] != 0  # the empty rollout's reward still counts in the base advantage
-    m[:] = False; m[:, 0] = True  # every rollout one token long
+    m[:] = False
+    m[:, 0] = True  # every rollout one token long
     assert torch.isfinite(hara_advantages(h, m, r, g)[0]).all()
     m[:] = False  # every rollout empty
     adv, _ = hara_advantages(h, m, r, g)
     assert torch.equal(adv, torch.zeros_like(adv))
 
+
 def test_mask_with_holes_raises():
-    h, m, r, g = _ok(); m[1, 2] = False
-    with pytest.raises(ValueError, match='holes'): hara_advantages(h, m, r, g)
-    m = torch.ones(4, 5, dtype=torch.bool); m[0, 0] = False  # left padding
-    with pytest.raises(ValueError, match='prefix'): hara_advantages(h, m, r, g)
+    h, m, r, g = _ok()
+    m[1, 2] = False
+    with pytest.raises(ValueError, match='holes'):
+        hara_advantages(h, m, r, g)
+    m = torch.ones(4, 5, dtype=torch.bool)
+    m[0, 0] = False  # left padding
+    with pytest.raises(ValueError, match='prefix'):
+        hara_advantages(h, m, r, g)
+
 
 def test_mismatched_shapes_raise():
     h, m, r, g = _ok()
-    with pytest.raises(ValueError, match='rewards must have shape'): hara_advantages(h, m, r[:3], g)
-    with pytest.raises(ValueError, match='group_ids must have shape'): hara_advantages(h, m, r, g[:2])
-    with pytest.raises(ValueError, match='mask must have shape'): hara_advantages(h, m[:, :4], r, g)
-    with pytest.raises(TypeError, match='integer prompt ids'): hara_advantages(h, m, r, g.double())
-    with pytest.raises(ValueError, match=r'\(B, T, d\)'): hara_advantages(h[0], m, r, g)
-    with pytest.raises(ValueError, match='advantages must have shape'): hara_advantages(h, m, r, g, advantages=torch.zeros(3))
-    with pytest.raises(ValueError, match='granularity'): hara_advantages(h, m, r, g, granularity='word')
-    with pytest.raises(ValueError, match='span_len or boundaries'): hara_advantages(h, m, r, g, granularity='span')
-    with pytest.raises(ValueError, match='metric'): hara_advantages(h, m, r, g, metric='kl')
-    with pytest.raises(ValueError, match='w_min'): hara_advantages(h, m, r, g, w_min=1.5)
-    with pytest.raises(ValueError, match='reference'): hara_advantages(h, m, r, g, reference='median')
+    with pytest.raises(ValueError, match='rewards must have shape'):
+        hara_advantages(h, m, r[:3], g)
+    with pytest.raises(ValueError, match='group_ids must have shape'):
+        hara_advantages(h, m, r, g[:2])
+    with pytest.raises(ValueError, match='mask must have shape'):
+        hara_advantages(h, m[:, :4], r, g)
+    with pytest.raises(TypeError, match='integer prompt ids'):
+        hara_advantages(h, m, r, g.double())
+    with pytest.raises(ValueError, match=r'\(B, T, d\)'):
+        hara_advantages(h[0], m, r, g)
+    with pytest.raises(ValueError, match='advantages must have shape'):
+        hara_advantages(h, m, r, g, advantages=torch.zeros(3))
+    with pytest.raises(ValueError, match='granularity'):
+        hara_advantages(h, m, r, g, granularity='word')
+    with pytest.raises(ValueError, match='span_len or boundaries'):
+        hara_advantages(h, m, r, g, granularity='span')
+    with pytest.raises(ValueError, match='metric'):
+        hara_advantages(h, m, r, g, metric='kl')
+    with pytest.raises(ValueError, match='w_min'):
+        hara_advantages(h, m, r, g, w_min=1.5)
+    with pytest.raises(ValueError, match='reference'):
+        hara_advantages(h, m, r, g, reference='median')
+
 
 @pytest.mark.parametrize('dtype', [torch.float16, torch.bfloat16])
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -298,7 +469,9 @@ def test_half_precision_is_upcast(dtype):
     h, m, r, g = _ok()
     adv, rw = hara_advantages(h.to(dtype), m, r, g)
     assert adv.dtype == torch.float32 and torch.isfinite(adv).all()
-    assert rw.notes[0] == f'hidden upcast from {dtype} to torch.float32'  # (a float32 cap note may follow: this tiny flat group stalls near 2e-4)
+    # (a float32 cap note may follow: this tiny flat group stalls near 2e-4)
+    assert rw.notes[0] == f'hidden upcast from {dtype} to torch.float32'
+
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA device')
 def test_cuda_matches_cpu():
@@ -310,11 +483,17 @@ def test_cuda_matches_cpu():
     a32, _ = hara_advantages(hidden.float().cuda(), mask.cuda(), rewards.float().cuda(), gid.cuda())
     assert a32.dtype == torch.float32 and torch.isfinite(a32).all()
 
+
 # ---------------------------------------------------------------- speed benchmark (smoke)
 def test_bench_quick(capsys):
     assert bench_hara_cli(['--quick']) == 0
     out = capsys.readouterr().out
-    for key in ('batch: 2 prompts x 8 rollouts', 'hara_advantages (tok):', 'lower bound, one h @ Z^T per rollout:', 'ratio:'):
+    for key in (
+        'batch: 2 prompts x 8 rollouts',
+        'hara_advantages (tok):',
+        'lower bound, one h @ Z^T per rollout:',
+        'ratio:',
+    ):
         assert key in out, out
     ratio = float(out.split('ratio:')[1].split()[0])
     assert ratio > 0 and math.isfinite(ratio)
@@ -322,22 +501,35 @@ def test_bench_quick(capsys):
 
 @pytest.mark.parametrize('case', ['planted', 'random'])
 def test_hara_reference_equals_the_oracle(case):
-    "The one-screen reference and the batched oracle give the same advantages (float64, both solved tightly)."
+    """The one-screen reference and the batched oracle give the same advantages (float64, both
+    solved
+    tightly)."""
     from hara_ref.hara.weights import hara_reference
     from hara_ref.rlvr.data import planted_stage_rollouts
+
     if case == 'planted':
-        pr = planted_stage_rollouts(K=4, n_stages=3, d=6, stage_len=(2, 3), noise=0.3, seed=0, substitute=(1, 1))
+        pr = planted_stage_rollouts(
+            K=4, n_stages=3, d=6, stage_len=(2, 3), noise=0.3, seed=0, substitute=(1, 1)
+        )
         h, m, L_b = pr.hidden, pr.mask, 6
     else:
         g = torch.Generator().manual_seed(1)
         h = torch.randn(4, 6, 4, generator=g, dtype=torch.float64)  # (G, T, d)
         m, L_b = torch.arange(6) < torch.tensor([6, 4, 5, 6])[:, None], 4  # (G, T)
-    r = torch.tensor([1., 1., 0., 0.], dtype=torch.float64)
-    tight = dict(bary_kw=dict(tol=1e-11, max_iter=5000), sinkhorn_kw=dict(stop_thr=1e-13), median_kw=dict(tol=1e-13))
+    r = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    tight = dict(
+        bary_kw=dict(tol=1e-11, max_iter=5000),
+        sinkhorn_kw=dict(stop_thr=1e-13),
+        median_kw=dict(tol=1e-13),
+    )
     with warnings.catch_warnings():
-        warnings.simplefilter('ignore')  # the oracle's tight tolerance may stop at its cap on the random case
-        fast = hara_advantages(h, m, r, torch.zeros(4, dtype=torch.long), L_b=L_b, reg=0.5, **tight)[0]
+        # the oracle's tight tolerance may stop at its cap on the random case
+        warnings.simplefilter('ignore')
+        fast = hara_advantages(
+            h, m, r, torch.zeros(4, dtype=torch.long), L_b=L_b, reg=0.5, **tight
+        )[0]
     ref = hara_reference(h, m, r, L_b=L_b, reg=0.5, tol=1e-12)  # (G, T)
     assert (ref != r.new_zeros(1)).any() and float((ref - fast).abs().max()) < 1e-8
     A = base_advantages(r, torch.zeros(4, dtype=torch.long))  # (G,)
-    assert float((ref / A[:, None] - 1)[m].abs().max()) > 1e-3  # the weights are not all 1: a check that can fail
+    # the weights are not all 1: a check that can fail
+    assert float((ref / A[:, None] - 1)[m].abs().max()) > 1e-3

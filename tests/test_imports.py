@@ -1,50 +1,64 @@
-"The package's import graph: one way, no cycle (imports inside functions counted), no private name across modules."
+"""The package's import graph: one way, no cycle (imports inside functions counted), no private name
+across modules."""
+
 import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / 'hara_ref'
-PARTS = ('rlvr', 'ot', 'hara', 'train', 'practice', 'appendix')  # the book's parts, in reading order
+# the book's parts, in reading order
+PARTS = ('rlvr', 'ot', 'hara', 'train', 'practice', 'appendix')
 
 
-def module_name(path:Path) -> str:
+def module_name(path: Path) -> str:
     return '.'.join(('hara_ref',) + path.relative_to(PKG).with_suffix('').parts)
 
 
-def imports(path:Path) -> list:
+def imports(path: Path) -> list:
     "Every (module, names) that `path` imports from hara_ref, at any depth (inside functions too)."
     here, out = module_name(path).split('.'), []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names if a.name.startswith('hara_ref')]
         elif isinstance(node, ast.ImportFrom):
-            base = here[:len(here) - node.level] if node.level else []
+            base = here[: len(here) - node.level] if node.level else []
             mod = '.'.join(base + ([node.module] if node.module else []))
-            if mod.startswith('hara_ref'): out.append((mod, [a.name for a in node.names]))
+            if mod.startswith('hara_ref'):
+                out.append((mod, [a.name for a in node.names]))
     return out
 
 
 def graph() -> dict:
-    mods = {module_name(p): p for p in PKG.rglob('*.py') if p.name not in ('__init__.py', '_modidx.py')}
+    mods = {
+        module_name(p): p for p in PKG.rglob('*.py') if p.name not in ('__init__.py', '_modidx.py')
+    }
     return {m: {t for t, _ in imports(p) if t in mods} for m, p in mods.items()}
 
 
-def find_cycle(g:dict) -> list:
+def find_cycle(g: dict) -> list:
     state, stack = {}, []
+
     def visit(m):
-        state[m] = 1; stack.append(m)
+        state[m] = 1
+        stack.append(m)
         for t in sorted(g[m]):
-            if state.get(t) == 1: return stack[stack.index(t):] + [t]
-            if t not in state and (c := visit(t)): return c
-        state[m] = 2; stack.pop()
+            if state.get(t) == 1:
+                return stack[stack.index(t) :] + [t]
+            if t not in state and (c := visit(t)):
+                return c
+        state[m] = 2
+        stack.pop()
         return []
+
     for m in sorted(g):
-        if m not in state and (c := visit(m)): return c
+        if m not in state and (c := visit(m)):
+            return c
     return []
 
 
 def test_modules_live_in_parts():
     for p in PKG.rglob('*.py'):
-        if p.parent != PKG: assert p.parent.name in PARTS, p
+        if p.parent != PKG:
+            assert p.parent.name in PARTS, p
 
 
 def test_no_import_cycle_even_inside_functions():
@@ -59,8 +73,14 @@ def test_the_cycle_finder_finds_cycles():
 
 
 def test_no_private_name_crosses_modules():
-    bad = [(module_name(p), m, n) for p in PKG.rglob('*.py') if p.name != '_modidx.py'
-           for m, names in imports(p) for n in names if n.startswith('_')]
+    bad = [
+        (module_name(p), m, n)
+        for p in PKG.rglob('*.py')
+        if p.name != '_modidx.py'
+        for m, names in imports(p)
+        for n in names
+        if n.startswith('_')
+    ]
     assert bad == []
 
 

@@ -1,11 +1,23 @@
 "Property tests for hara_ref.appendix.barycenters (Lemma 3.1, LFGW, the linearized barycenter)."
-import math, warnings
-import numpy as np, ot, pytest, torch
+
+import math
+import warnings
+import ot
+import pytest
+import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from hara_ref.ot.fgw import chain_positions, chain_structure
 from hara_ref.ot.lfgw import (
-    anchor_plan, structure_cost, chain_tau_bar, linear_cost, lift, lfgw, monotone_plan,
-    barycenter_update, barycenter_cost)
+    anchor_plan,
+    structure_cost,
+    chain_tau_bar,
+    linear_cost,
+    lift,
+    lfgw,
+    monotone_plan,
+    barycenter_update,
+    barycenter_cost,
+)
 from hara_ref.ot.fgw_barycenter import sq_dists
 from hara_ref.appendix.barycenters import linearized_barycenter, group_barycenters, feature_scales
 from hara_ref.ot.fgw import normalize_features
@@ -14,21 +26,30 @@ from hara_ref.appendix.sinkhorn import sinkhorn_log
 SET = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 f64 = torch.float64
 
+
 @SET
 @given(lengths=st.lists(st.integers(2, 30), min_size=1, max_size=5), L_b=st.integers(2, 16))
 def test_anchor_cost_is_closed_form(lengths, L_b):
-    "Lemma 3.1: the anchor plan induces G = 2 (tau - tau_bar)^2 on every real token, to machine precision."
+    """Lemma 3.1: the anchor plan induces G = 2 (tau - tau_bar)^2 on every real token, to machine
+    precision."""
     T = max(lengths) + 2
     mask = torch.arange(T) < torch.tensor(lengths)[:, None]  # (B, T) ragged, padded
     tau, tb = chain_positions(mask, f64), chain_tau_bar(L_b)
-    G = structure_cost(chain_structure(tau), chain_structure(tb), anchor_plan(mask, L_b))  # (B, T, L_b)
+    # (B, T, L_b)
+    G = structure_cost(chain_structure(tau), chain_structure(tb), anchor_plan(mask, L_b))
     err = ((G - linear_cost(tau, tb)) * mask.unsqueeze(-1)).abs().max()
     assert err < 1e-13
 
+
 def test_anchor_cost_one_token_is_constant_shift():
     mask, tb = torch.ones(1, dtype=torch.bool), chain_tau_bar(5)
-    G = structure_cost(chain_structure(chain_positions(mask, f64)), chain_structure(tb), anchor_plan(mask, 5))
-    torch.testing.assert_close(G - linear_cost(chain_positions(mask, f64), tb), torch.full((1, 5), .5, dtype=f64))
+    G = structure_cost(
+        chain_structure(chain_positions(mask, f64)), chain_structure(tb), anchor_plan(mask, 5)
+    )
+    torch.testing.assert_close(
+        G - linear_cost(chain_positions(mask, f64), tb), torch.full((1, 5), 0.5, dtype=f64)
+    )
+
 
 def test_structure_cost_matches_four_index_definition():
     g = torch.Generator().manual_seed(0)
@@ -36,8 +57,15 @@ def test_structure_cost_matches_four_index_definition():
     brute = ((C[:, :, None, None] - Cb[None, None]) ** 2 * P[None, :, None, :]).sum((1, 3))
     torch.testing.assert_close(structure_cost(C, Cb, P), brute, rtol=0, atol=1e-13)
 
+
 @SET
-@given(n=st.integers(1, 9), m=st.integers(2, 6), d=st.integers(1, 5), alpha=st.floats(0, 1), seed=st.integers(0, 10**6))
+@given(
+    n=st.integers(1, 9),
+    m=st.integers(2, 6),
+    d=st.integers(1, 5),
+    alpha=st.floats(0, 1),
+    seed=st.integers(0, 10**6),
+)
 def test_lfgw_equals_emd2_on_lifted_points(n, m, d, alpha, seed):
     g = torch.Generator().manual_seed(seed)
     h, z = torch.randn(n, d, generator=g, dtype=f64), torch.randn(m, d, generator=g, dtype=f64)
@@ -47,9 +75,13 @@ def test_lfgw_equals_emd2_on_lifted_points(n, m, d, alpha, seed):
     assert abs(float(val) - ot.emd2(ot.unif(n), ot.unif(m), ot.dist(phi, phib))) < 1e-10
     assert (plan >= 0).all() and torch.allclose(plan.sum(-1), torch.full((n,), 1 / n, dtype=f64))
 
+
 def test_lfgw_entropic_batched_ragged():
     g = torch.Generator().manual_seed(1)
-    h, z = torch.randn(3, 7, 4, generator=g, dtype=f64), torch.randn(3, 5, 4, generator=g, dtype=f64)
+    h, z = (
+        torch.randn(3, 7, 4, generator=g, dtype=f64),
+        torch.randn(3, 5, 4, generator=g, dtype=f64),
+    )
     mask = torch.arange(7) < torch.tensor([7, 4, 2])[:, None]
     val, plan = lfgw(h, mask, z, reg=0.5)
     for i, n in enumerate((7, 4, 2)):
@@ -57,19 +89,27 @@ def test_lfgw_entropic_batched_ragged():
         assert abs(float(v1 - val[i])) < 1e-7
     assert plan[1, 4:].abs().sum() == 0
 
+
 def test_sq_dists_float32_large_norm_no_nan_and_nonneg():
-    x = 1e4 * torch.randn(50, 8); y = x[:10] + 1e-3
+    x = 1e4 * torch.randn(50, 8)
+    y = x[:10] + 1e-3
     D = sq_dists(x, y)
     assert torch.isfinite(D).all() and (D >= 0).all()
+
 
 @SET
 @given(n=st.integers(1, 12), m=st.integers(1, 12), seed=st.integers(0, 10**6))
 def test_monotone_plan_marginals(n, m, seed):
     g = torch.Generator().manual_seed(seed)
-    a = torch.rand(n, generator=g, dtype=f64); a /= a.sum(); b = torch.rand(m, generator=g, dtype=f64); b /= b.sum()
+    a = torch.rand(n, generator=g, dtype=f64)
+    a /= a.sum()
+    b = torch.rand(m, generator=g, dtype=f64)
+    b /= b.sum()
     P = monotone_plan(a, b)
     assert (P >= 0).all()
-    torch.testing.assert_close(P.sum(-1), a); torch.testing.assert_close(P.sum(-2), b)
+    torch.testing.assert_close(P.sum(-1), a)
+    torch.testing.assert_close(P.sum(-2), b)
+
 
 def _group(seed, K=5, T=14, d=6, dtype=f64):
     g = torch.Generator().manual_seed(seed)
@@ -77,22 +117,32 @@ def _group(seed, K=5, T=14, d=6, dtype=f64):
     lengths = torch.randint(1, T + 1, (K,), generator=g)
     return h, torch.arange(T) < lengths[:, None]
 
+
 def test_barycenter_plans_meet_row_marginals_and_fixed_point():
     h, mask = _group(0)
-    Z, info = linearized_barycenter(h, mask, L_b=6, reg=0.5, tol=1e-10, stop_thr=1e-12, inner_iter=5000, max_iter=3000)
+    Z, info = linearized_barycenter(
+        h, mask, L_b=6, reg=0.5, tol=1e-10, stop_thr=1e-12, inner_iter=5000, max_iter=3000
+    )
     assert info['converged'] and (info['plans'] >= 0).all()
     a = mask.double() / mask.sum(-1, keepdim=True)
     torch.testing.assert_close(info['plans'].sum(-1), a, rtol=0, atol=1e-12)
     hn = torch.nn.functional.normalize(h, dim=-1) * mask.unsqueeze(-1)
-    M = barycenter_cost(lift(hn, chain_positions(mask, f64), .25), Z, info['tau_bar'], .25)
+    M = barycenter_cost(lift(hn, chain_positions(mask, f64), 0.25), Z, info['tau_bar'], 0.25)
     from hara_ref.appendix.sinkhorn import sinkhorn_log
-    P = sinkhorn_log(a, torch.full((6,), 1 / 6, dtype=f64), M, 0.5, stop_thr=1e-13, num_iter_max=5000)
+
+    P = sinkhorn_log(
+        a, torch.full((6,), 1 / 6, dtype=f64), M, 0.5, stop_thr=1e-13, num_iter_max=5000
+    )
     torch.testing.assert_close(barycenter_update(P, hn, info['lam']), Z, rtol=0, atol=1e-8)
+
 
 def test_batched_ragged_absent_equals_one_by_one():
     groups = [_group(s, K=k) for s, k in ((1, 3), (2, 5), (3, 2))]
-    H = torch.zeros(3, 5, 16, 6, dtype=f64); Mk = torch.zeros(3, 5, 16, dtype=torch.bool)
-    for i, (h, m) in enumerate(groups): H[i, :h.shape[0], :h.shape[1]] = h; Mk[i, :m.shape[0], :m.shape[1]] = m
+    H = torch.zeros(3, 5, 16, 6, dtype=f64)
+    Mk = torch.zeros(3, 5, 16, dtype=torch.bool)
+    for i, (h, m) in enumerate(groups):
+        H[i, : h.shape[0], : h.shape[1]] = h
+        Mk[i, : m.shape[0], : m.shape[1]] = m
     kw = dict(L_b=5, reg=0.5, tol=1e-10, stop_thr=1e-12, inner_iter=5000, max_iter=3000)
     Zb, ib = linearized_barycenter(H, Mk, **kw)
     for i, (h, m) in enumerate(groups):
@@ -101,11 +151,16 @@ def test_batched_ragged_absent_equals_one_by_one():
     assert ib['plans'][0, 3:].abs().sum() == 0 and ib['plans'][2, 2:].abs().sum() == 0
     assert ib['plans'].shape == (3, 5, 16, 5) and ib['token_cost'].shape == (3, 5, 16)
 
+
 def test_batched_default_tol_equals_one_by_one():
-    "Each group stops on its own tol: packing groups (ragged, absent rollouts) with the defaults changes no number."
+    """Each group stops on its own tol: packing groups (ragged, absent rollouts) with the defaults
+    changes no number."""
     groups = [_group(s, K=k) for s, k in ((1, 3), (2, 5), (3, 2), (4, 4))]
-    H = torch.zeros(4, 5, 16, 6, dtype=f64); Mk = torch.zeros(4, 5, 16, dtype=torch.bool)
-    for i, (h, m) in enumerate(groups): H[i, :h.shape[0], :h.shape[1]] = h; Mk[i, :m.shape[0], :m.shape[1]] = m
+    H = torch.zeros(4, 5, 16, 6, dtype=f64)
+    Mk = torch.zeros(4, 5, 16, dtype=torch.bool)
+    for i, (h, m) in enumerate(groups):
+        H[i, : h.shape[0], : h.shape[1]] = h
+        Mk[i, : m.shape[0], : m.shape[1]] = m
     Zb, ib = linearized_barycenter(H, Mk, warn=False)
     for i, (h, m) in enumerate(groups):
         Z1, i1 = linearized_barycenter(h, m, warn=False)
@@ -115,96 +170,152 @@ def test_batched_default_tol_equals_one_by_one():
         assert ib['n_iter_group'][i] == i1['n_iter']
     assert ib['n_iter'] == int(ib['n_iter_group'].max())
 
+
 def test_empty_group_gives_zero_barycenter_without_nan():
     h, mask = _group(4)
-    H = torch.stack([h, h]); Mk = torch.stack([mask, torch.zeros_like(mask)])
+    H = torch.stack([h, h])
+    Mk = torch.stack([mask, torch.zeros_like(mask)])
     Z, info = linearized_barycenter(H, Mk, L_b=4, warn=False)
     assert torch.isfinite(Z).all() and Z[1].abs().sum() == 0 and torch.isfinite(info['plans']).all()
+
 
 def test_weights_permutation_equivariance():
     h, mask = _group(5)
     perm = torch.tensor([3, 0, 4, 1, 2])
     kw = dict(L_b=5, reg=0.5, tol=1e-10, stop_thr=1e-12, inner_iter=5000, max_iter=3000)
-    Z1, i1 = linearized_barycenter(h, mask, **kw); Z2, i2 = linearized_barycenter(h[perm], mask[perm], **kw)
+    Z1, i1 = linearized_barycenter(h, mask, **kw)
+    Z2, i2 = linearized_barycenter(h[perm], mask[perm], **kw)
     torch.testing.assert_close(Z1, Z2, rtol=0, atol=1e-8)
     torch.testing.assert_close(i1['plans'][perm], i2['plans'], rtol=0, atol=1e-8)
+
 
 @pytest.mark.parametrize('normalize', ['unit', 'none'])
 def test_float32_large_norms_no_nan(normalize):
     g = torch.Generator().manual_seed(0)
     h = 1e3 * torch.randn(2, 4, 40, 8, generator=g)  # (G, K, T, d) float32
-    mask = torch.ones(2, 4, 40, dtype=torch.bool); mask[0, 1, 20:] = False; mask[1, 3] = False
+    mask = torch.ones(2, 4, 40, dtype=torch.bool)
+    mask[0, 1, 20:] = False
+    mask[1, 3] = False
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         Z, info = linearized_barycenter(h, mask, L_b=8, normalize=normalize, max_iter=30)
-    assert Z.dtype == torch.float32 and torch.isfinite(Z).all() and torch.isfinite(info['plans']).all()
+    assert (
+        Z.dtype == torch.float32 and torch.isfinite(Z).all() and torch.isfinite(info['plans']).all()
+    )
     assert torch.isfinite(info['token_cost']).all()
+
 
 def test_float32_matches_float64():
     h, mask = _group(6)
-    Z64, _ = linearized_barycenter(h, mask, L_b=6, reg=0.2, tol=1e-9, stop_thr=1e-11, inner_iter=5000)
+    Z64, _ = linearized_barycenter(
+        h, mask, L_b=6, reg=0.2, tol=1e-9, stop_thr=1e-11, inner_iter=5000
+    )
     Z32, _ = linearized_barycenter(h.float(), mask, L_b=6, reg=0.2, warn=False)
     assert (Z32.double() - Z64).abs().max() < 1e-3
+
 
 def test_nonconvergence_warns():
     h, mask = _group(7)
     with pytest.warns(UserWarning, match='not converged'):
         linearized_barycenter(h, mask, L_b=6, max_iter=1)
 
+
 def test_bad_inputs():
     h = torch.randn(2, 3, 4)
-    with pytest.raises(ValueError, match='mask shape'): linearized_barycenter(h, torch.ones(2, 4, dtype=torch.bool))
-    with pytest.raises(TypeError, match='bool'): linearized_barycenter(h, torch.ones(2, 3))
-    with pytest.raises(TypeError, match='floating'): linearized_barycenter(torch.ones(2, 3, 4, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match=r'\(\.\.\., K, T, d\)'): linearized_barycenter(torch.randn(3, 4), torch.ones(3, dtype=torch.bool))
-    hn = h.clone(); hn[0, 1, 2] = math.nan
-    with pytest.raises(ValueError, match='nan'): linearized_barycenter(hn, torch.ones(2, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match='weights'): linearized_barycenter(h, torch.ones(2, 3, dtype=torch.bool), weights=torch.tensor([1., -1.]))
-    with pytest.raises(ValueError, match='alpha'): lift(h, torch.rand(2, 3), 1.5)
-    with pytest.raises(ValueError, match='L_b must be >= 2'): anchor_plan(torch.ones(3, dtype=torch.bool), 1)
-    with pytest.raises(ValueError, match='at least one real token'): anchor_plan(torch.zeros(3, dtype=torch.bool), 4)
+    with pytest.raises(ValueError, match='mask shape'):
+        linearized_barycenter(h, torch.ones(2, 4, dtype=torch.bool))
+    with pytest.raises(TypeError, match='bool'):
+        linearized_barycenter(h, torch.ones(2, 3))
+    with pytest.raises(TypeError, match='floating'):
+        linearized_barycenter(
+            torch.ones(2, 3, 4, dtype=torch.long), torch.ones(2, 3, dtype=torch.bool)
+        )
+    with pytest.raises(ValueError, match=r'\(\.\.\., K, T, d\)'):
+        linearized_barycenter(torch.randn(3, 4), torch.ones(3, dtype=torch.bool))
+    hn = h.clone()
+    hn[0, 1, 2] = math.nan
+    with pytest.raises(ValueError, match='nan'):
+        linearized_barycenter(hn, torch.ones(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match='weights'):
+        linearized_barycenter(
+            h, torch.ones(2, 3, dtype=torch.bool), weights=torch.tensor([1.0, -1.0])
+        )
+    with pytest.raises(ValueError, match='alpha'):
+        lift(h, torch.rand(2, 3), 1.5)
+    with pytest.raises(ValueError, match='L_b must be >= 2'):
+        anchor_plan(torch.ones(3, dtype=torch.bool), 1)
+    with pytest.raises(ValueError, match='at least one real token'):
+        anchor_plan(torch.zeros(3, dtype=torch.bool), 4)
 
 
-# ---------------------------------------------------------------- group_barycenters: rollouts in place, any order
+# ---------------------------------------------------------------- group_barycenters: rollouts in
+# place, any order
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10**6), sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3), extra=st.integers(0, 3))
+@given(
+    seed=st.integers(0, 10**6),
+    sizes=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    extra=st.integers(0, 3),
+)
 def test_group_barycenters_flat_any_order_equals_grouped(seed, sizes, extra):
-    "Rollouts flat, shuffled, with rollouts in no group (-1) and NaN padding: the same numbers as the grouped layout."
+    """Rollouts flat, shuffled, with rollouts in no group (-1) and NaN padding: the same numbers as
+    the grouped layout."""
     groups = [_group(seed + g, K=k) for g, k in enumerate(sizes)]
     T = max(h.shape[1] for h, _ in groups) + extra
-    H = torch.zeros(len(sizes), max(sizes), T, 6, dtype=f64); Mk = torch.zeros(len(sizes), max(sizes), T, dtype=torch.bool)
-    for i, (h, m) in enumerate(groups): H[i, :h.shape[0], :h.shape[1]] = h; Mk[i, :m.shape[0], :m.shape[1]] = m
+    H = torch.zeros(len(sizes), max(sizes), T, 6, dtype=f64)
+    Mk = torch.zeros(len(sizes), max(sizes), T, dtype=torch.bool)
+    for i, (h, m) in enumerate(groups):
+        H[i, : h.shape[0], : h.shape[1]] = h
+        Mk[i, : m.shape[0], : m.shape[1]] = m
     Zg, ig = linearized_barycenter(H, Mk, L_b=5, warn=False)
     rows = [(g, k) for g in range(len(sizes)) for k in range(sizes[g])]
-    h = torch.stack([H[g, k] for g, k in rows] + [torch.randn(T, 6, dtype=f64)])  # (R+1, T, d): one more rollout in no group
+    # (R+1, T, d): one more rollout in no group
+    h = torch.stack([H[g, k] for g, k in rows] + [torch.randn(T, 6, dtype=f64)])
     m = torch.stack([Mk[g, k] for g, k in rows] + [torch.ones(T, dtype=torch.bool)])
     gid = torch.tensor([g for g, _ in rows] + [-1])
     h[~m] = float('nan')  # padding may hold anything
     perm = torch.randperm(len(gid), generator=torch.Generator().manual_seed(seed))
     Z, info = group_barycenters(h[perm], m[perm], gid[perm], len(sizes), L_b=5, warn=False)
-    # The layouts sum in different orders, so they agree to rounding, unless an inner solve's stopping test falls at
-    # rounding level: then one layout takes one more Newton step, and the plans differ by up to the inner tolerance
+    # The layouts sum in different orders, so they agree to rounding, unless an inner solve's
+    # stopping test falls at
+    # rounding level: then one layout takes one more Newton step, and the plans differ by up to the
+    # inner tolerance
     # (inner_rtol = 1e-3 of the last change of Z, itself below tol = 1e-4): 1e-8 bounds both.
     torch.testing.assert_close(Z, Zg, rtol=0, atol=1e-8)
     inv = perm.argsort()
     for r, (g, k) in enumerate(rows):
         torch.testing.assert_close(info['plans'][inv[r]], ig['plans'][g, k], rtol=0, atol=1e-8)
-        torch.testing.assert_close(info['token_cost'][inv[r]], ig['token_cost'][g, k], rtol=0, atol=1e-8)
-    assert info['plans'][inv[-1]].abs().sum() == 0 and info['token_cost'][inv[-1]].abs().sum() == 0  # not in any group
+        torch.testing.assert_close(
+            info['token_cost'][inv[r]], ig['token_cost'][g, k], rtol=0, atol=1e-8
+        )
+    # not in any group
+    assert info['plans'][inv[-1]].abs().sum() == 0 and info['token_cost'][inv[-1]].abs().sum() == 0
     assert torch.equal(info['n_iter_group'], ig['n_iter_group'].reshape(-1))
+
 
 def test_final_sinkhorn_gives_the_exact_plans_to_the_returned_barycenter():
     h, mask = _group(8)
-    Z, info = group_barycenters(h, mask, torch.zeros(len(h), dtype=torch.long), L_b=6, reg=0.2, max_iter=5, warn=False,
-                                final_sinkhorn=dict(stop_thr=1e-12, num_iter_max=5000))
+    Z, info = group_barycenters(
+        h,
+        mask,
+        torch.zeros(len(h), dtype=torch.long),
+        L_b=6,
+        reg=0.2,
+        max_iter=5,
+        warn=False,
+        final_sinkhorn=dict(stop_thr=1e-12, num_iter_max=5000),
+    )
     hn = normalize_features(h, 'unit') * mask.unsqueeze(-1)
-    M = barycenter_cost(lift(hn, chain_positions(mask, f64), .25), Z[0], info['tau_bar'], .25)  # (K, T, L_b)
+    # (K, T, L_b)
+    M = barycenter_cost(lift(hn, chain_positions(mask, f64), 0.25), Z[0], info['tau_bar'], 0.25)
     a = mask.double() / mask.sum(-1, keepdim=True)
-    P, lg = sinkhorn_log(a, torch.full((6,), 1 / 6, dtype=f64), M, 0.2, stop_thr=1e-12, num_iter_max=5000, log=True)
+    P, lg = sinkhorn_log(
+        a, torch.full((6,), 1 / 6, dtype=f64), M, 0.2, stop_thr=1e-12, num_iter_max=5000, log=True
+    )
     assert lg['converged'].all()
     torch.testing.assert_close(info['plans'], P, rtol=0, atol=1e-9)
     torch.testing.assert_close(info['token_cost'], (P * M).sum(-1), rtol=0, atol=1e-9)
     assert info['final_sinkhorn_iters'] > 0
+
 
 @pytest.mark.parametrize('how', ['unit', 'none', 'mean_norm'])
 def test_feature_scales_match_normalize_features(how):
@@ -212,7 +323,8 @@ def test_feature_scales_match_normalize_features(how):
     _, s, hh = feature_scales(h, mask, how)
     hn = normalize_features(h, how, mask) * mask.unsqueeze(-1)
     torch.testing.assert_close(s.unsqueeze(-1) * h, hn, rtol=0, atol=1e-14)
-    torch.testing.assert_close(hh, (hn ** 2).sum(-1), rtol=0, atol=1e-14)
+    torch.testing.assert_close(hh, (hn**2).sum(-1), rtol=0, atol=1e-14)
+
 
 def test_feature_scales_float32_norm_overflow():
     h = torch.full((1, 3, 4), 3e38)  # finite float32 entries whose norm overflows float32
@@ -220,14 +332,23 @@ def test_feature_scales_float32_norm_overflow():
     assert torch.isfinite(s).all() and (s > 0).all()
     torch.testing.assert_close(hh, torch.ones(1, 3), rtol=1e-5, atol=0)
 
+
 def test_group_barycenters_bad_input():
     h, mask = _group(10)
     g = torch.zeros(len(h), dtype=torch.long)
-    with pytest.raises(ValueError, match='group must be an integer tensor'): group_barycenters(h, mask, g.double())
-    with pytest.raises(ValueError, match='group must be an integer tensor'): group_barycenters(h, mask, g[:-1])
-    with pytest.raises(ValueError, match='< n_groups'): group_barycenters(h, mask, g + 2, n_groups=2)
-    with pytest.raises(ValueError, match='mask must be bool'): group_barycenters(h, mask.double(), g)
-    with pytest.raises(ValueError, match='alpha'): group_barycenters(h, mask, g, alpha=2.)
-    hb = h.clone(); hb[0, 0, 0] = float('inf')
-    with pytest.raises(ValueError, match='nan or inf on real tokens'): group_barycenters(hb, mask, g)
-    with pytest.raises(ValueError, match='weights'): group_barycenters(h, mask, g, weights=-torch.ones(len(h)))
+    with pytest.raises(ValueError, match='group must be an integer tensor'):
+        group_barycenters(h, mask, g.double())
+    with pytest.raises(ValueError, match='group must be an integer tensor'):
+        group_barycenters(h, mask, g[:-1])
+    with pytest.raises(ValueError, match='< n_groups'):
+        group_barycenters(h, mask, g + 2, n_groups=2)
+    with pytest.raises(ValueError, match='mask must be bool'):
+        group_barycenters(h, mask.double(), g)
+    with pytest.raises(ValueError, match='alpha'):
+        group_barycenters(h, mask, g, alpha=2.0)
+    hb = h.clone()
+    hb[0, 0, 0] = float('inf')
+    with pytest.raises(ValueError, match='nan or inf on real tokens'):
+        group_barycenters(hb, mask, g)
+    with pytest.raises(ValueError, match='weights'):
+        group_barycenters(h, mask, g, weights=-torch.ones(len(h)))

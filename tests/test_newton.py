@@ -1,46 +1,103 @@
-"Property tests, cross-checks (reference, `sinkhorn_log`, POT) and failure cases for `hara_ref.appendix.newton` (semi-dual Newton)."
-import math, warnings
-import numpy as np, ot, pytest, torch
+"""Property tests, cross-checks (reference, `sinkhorn_log`, POT) and failure cases for
+`hara_ref.appendix.newton` (semi-dual Newton)."""
+
+import math
+import warnings
+import numpy as np
+import ot
+import pytest
+import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from hara_ref.appendix.newton import semidual_newton, semidual_reference, semidual_point, newton_direction
+from hara_ref.appendix.newton import (
+    semidual_newton,
+    semidual_reference,
+    semidual_point,
+    newton_direction,
+)
 from hara_ref.appendix.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
 from hara_ref.rlvr.data import planted_stage_rollouts
 
-from test_sinkhorn import problem, ragged_problem, one_thread  # the same random problems; one torch thread (autouse fixture)
+# the same random problems; one torch thread (autouse fixture)
+from test_sinkhorn import problem, ragged_problem, one_thread  # noqa: F401 (autouse fixture)
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
+
 def planted(K=3, L=96, m=16, seed=0):
-    "Block-structured costs: unit-norm planted rollouts to m of their own tokens, plus a small position term."
-    h = torch.nn.functional.normalize(planted_stage_rollouts(K=K, n_stages=6, d=16, stage_len=(L // 8, L // 5), seed=seed).hidden[:, :L], dim=-1)
-    tau, tb = torch.linspace(0, 1, h.shape[1], dtype=h.dtype), torch.linspace(0, 1, m, dtype=h.dtype)
-    M = torch.cdist(h, h[0, :: h.shape[1] // m][:m].expand(K, -1, -1)) ** 2 + 0.5 * (tau[:, None] - tb[None]) ** 2
-    return torch.full((K, h.shape[1]), 1 / h.shape[1], dtype=h.dtype), torch.full((m,), 1 / m, dtype=h.dtype), M
+    """Block-structured costs: unit-norm planted rollouts to m of their own tokens, plus a small
+    position term."""
+    h = torch.nn.functional.normalize(
+        planted_stage_rollouts(K=K, n_stages=6, d=16, stage_len=(L // 8, L // 5), seed=seed).hidden[
+            :, :L
+        ],
+        dim=-1,
+    )
+    tau, tb = (
+        torch.linspace(0, 1, h.shape[1], dtype=h.dtype),
+        torch.linspace(0, 1, m, dtype=h.dtype),
+    )
+    M = (
+        torch.cdist(h, h[0, :: h.shape[1] // m][:m].expand(K, -1, -1)) ** 2
+        + 0.5 * (tau[:, None] - tb[None]) ** 2
+    )
+    return (
+        torch.full((K, h.shape[1]), 1 / h.shape[1], dtype=h.dtype),
+        torch.full((m,), 1 / m, dtype=h.dtype),
+        M,
+    )
+
 
 @SETTINGS
-@given(seed=st.integers(0, 10**6), B=st.integers(1, 3), n=st.integers(1, 20), m=st.integers(1, 12), reg=st.sampled_from([0.05, 0.1, 0.5]))
+@given(
+    seed=st.integers(0, 10**6),
+    B=st.integers(1, 3),
+    n=st.integers(1, 20),
+    m=st.integers(1, 12),
+    reg=st.sampled_from([0.05, 0.1, 0.5]),
+)
 def test_equals_pot_and_sinkhorn(seed, B, n, m, reg):
     a, b, M = problem(seed, B, n, m)
     plan, lg = semidual_newton(a, b, M, reg, stop_thr=1e-11, log=True)
     assert lg['converged'].all() and lg['n_iter'] <= 40
     torch.testing.assert_close(plan.sum(-1), a, atol=1e-15, rtol=0)  # rows exact by construction
     assert ((plan.sum(-2) - b).norm(dim=-1) < 1e-11).all()
-    torch.testing.assert_close(plan, sinkhorn_log(a, b, M, reg, stop_thr=1e-12, num_iter_max=100000), atol=1e-10, rtol=0)
+    torch.testing.assert_close(
+        plan, sinkhorn_log(a, b, M, reg, stop_thr=1e-12, num_iter_max=100000), atol=1e-10, rtol=0
+    )
     for i in range(B):
-        ref = ot.sinkhorn(a[i].numpy(), b[i].numpy(), M[i].numpy(), reg, method='sinkhorn_log', numItermax=100000, stopThr=1e-12)
+        ref = ot.sinkhorn(
+            a[i].numpy(),
+            b[i].numpy(),
+            M[i].numpy(),
+            reg,
+            method='sinkhorn_log',
+            numItermax=100000,
+            stopThr=1e-12,
+        )
         np.testing.assert_allclose(plan[i].numpy(), ref, atol=1e-10, rtol=0)
 
+
 @SETTINGS
-@given(seed=st.integers(0, 10**6), n=st.integers(1, 30), m=st.integers(2, 16), reg=st.sampled_from([0.02, 0.05, 0.2]))
+@given(
+    seed=st.integers(0, 10**6),
+    n=st.integers(1, 30),
+    m=st.integers(2, 16),
+    reg=st.sampled_from([0.02, 0.05, 0.2]),
+)
 def test_batched_equals_reference(seed, n, m, reg):
     a, b, M = problem(seed, 1, n, m)
     P, _ = semidual_reference(a[0], b[0], M[0], reg, tol=1e-12)
-    # both stop at a marginal error of 1e-12; their plans differ by that error times the conditioning of the semi-dual
+    # both stop at a marginal error of 1e-12; their plans differ by that error times the
+    # conditioning of the semi-dual
     # Hessian, which reached 1.0e-9 on a 25 x 4 problem at reg 0.05: 1e-8 leaves that factor 10
-    torch.testing.assert_close(semidual_newton(a, b, M, reg, stop_thr=1e-12)[0], P, atol=1e-8, rtol=0)
+    torch.testing.assert_close(
+        semidual_newton(a, b, M, reg, stop_thr=1e-12)[0], P, atol=1e-8, rtol=0
+    )
+
 
 def test_planted_where_sinkhorn_crawls():
-    "Block-structured costs: Newton converges in a few dozen steps; Sinkhorn (its fastest setting) is slower by orders of magnitude."
+    """Block-structured costs: Newton converges in a few dozen steps; Sinkhorn (its fastest setting)
+    is slower by orders of magnitude."""
     a, b, M = planted()
     plan, lg = semidual_newton(a, b, M, 0.05, stop_thr=1e-10, log=True)
     assert lg['converged'].all() and lg['n_iter'] <= 40, lg['n_iter_item']
@@ -48,19 +105,31 @@ def test_planted_where_sinkhorn_crawls():
         warnings.simplefilter('ignore')
         sk, ls = sinkhorn_log(a, b, M, 0.05, stop_thr=1e-10, num_iter_max=4000, omega=1.9, log=True)
     assert ls['n_iter'] > 50 * lg['n_iter']
-    for i in range(len(a)): torch.testing.assert_close(plan[i], semidual_reference(a[i], b, M[i], 0.05, tol=1e-11)[0], atol=1e-9, rtol=0)
+    for i in range(len(a)):
+        torch.testing.assert_close(
+            plan[i], semidual_reference(a[i], b, M[i], 0.05, tol=1e-11)[0], atol=1e-9, rtol=0
+        )
+
 
 @SETTINGS
-@given(seed=st.integers(0, 10**6), lens=st.lists(st.integers(1, 15), min_size=1, max_size=4), mlens=st.lists(st.integers(1, 8), min_size=4, max_size=4))
+@given(
+    seed=st.integers(0, 10**6),
+    lens=st.lists(st.integers(1, 15), min_size=1, max_size=4),
+    mlens=st.lists(st.integers(1, 8), min_size=4, max_size=4),
+)
 def test_padding_changes_nothing_not_even_the_steps(seed, lens, mlens):
-    "Padding rows and columns: the same plan, exact zeros, and the same number of Newton steps as the unpadded problem."
+    """Padding rows and columns: the same plan, exact zeros, and the same number of Newton steps as
+    the unpadded problem."""
     a, b, M = ragged_problem(seed, lens, mlens)
     plan, lg = semidual_newton(a, b, M, 0.05, stop_thr=1e-11, log=True)
     for i, (L, Lm) in enumerate(zip(lens, mlens)):
-        single, l1 = semidual_newton(a[i, :L], b[i, :Lm], M[i, :L, :Lm], 0.05, stop_thr=1e-11, log=True)
+        single, l1 = semidual_newton(
+            a[i, :L], b[i, :Lm], M[i, :L, :Lm], 0.05, stop_thr=1e-11, log=True
+        )
         torch.testing.assert_close(plan[i, :L, :Lm], single, atol=1e-13, rtol=0)
         assert (plan[i, L:] == 0).all() and (plan[i, :, Lm:] == 0).all()
         assert int(lg['n_iter_item'][i]) == l1['n_iter'], (lg['n_iter_item'], l1['n_iter'])
+
 
 def test_absent_item_and_empty_batch():
     a, b, M = problem(0, 3, 5, 4)
@@ -70,18 +139,29 @@ def test_absent_item_and_empty_batch():
     torch.testing.assert_close(plan[0], semidual_newton(a[0], b[0], M[0], 0.1), atol=1e-14, rtol=0)
     assert semidual_newton(a[:0], b[:0], M[:0], 0.1).shape == (0, 5, 4)
 
+
 @pytest.mark.parametrize('dtype', [torch.float32, torch.bfloat16, torch.float16])
 def test_low_precision_inputs(dtype):
-    "Solved in float64, returned in the input dtype, stopped at that dtype's floor; equal to the float64 solve of the same (rounded) problem."
+    """Solved in float64, returned in the input dtype, stopped at that dtype's floor; equal to the
+    float64 solve of the same (rounded) problem."""
     a, b, M = planted()
     a, b, M = a.to(dtype), b.to(dtype), M.to(dtype)
     P, lg = semidual_newton(a, b, M, 0.05, log=True)
-    assert P.dtype == dtype and lg['converged'].all() and lg['log_v'].dtype == (dtype if dtype == torch.float32 else torch.float32)
+    assert (
+        P.dtype == dtype
+        and lg['converged'].all()
+        and lg['log_v'].dtype == (dtype if dtype == torch.float32 else torch.float32)
+    )
     assert float(lg['stop_thr'].min()) > 1e-9  # the dtype's rounding floor, not 1e-9
-    a64, b64 = a.double() / a.double().sum(-1, keepdim=True), b.double() / b.double().sum()  # the renormalised weights it solved with
+    # the renormalised weights it solved with
+    a64, b64 = a.double() / a.double().sum(-1, keepdim=True), b.double() / b.double().sum()
     P64 = semidual_newton(a64, b64, M.double(), 0.05, stop_thr=1e-12)
-    # rounding of the result, plus what stopping at the dtype's floor leaves (a marginal error below stop_thr)
-    assert float((P.double() - P64).abs().max()) <= 4 * torch.finfo(dtype).eps * float(P64.max()) + float(lg['stop_thr'].max())
+    # rounding of the result, plus what stopping at the dtype's floor leaves (a marginal error below
+    # stop_thr)
+    assert float((P.double() - P64).abs().max()) <= 4 * torch.finfo(dtype).eps * float(
+        P64.max()
+    ) + float(lg['stop_thr'].max())
+
 
 def test_warm_start_and_per_item_thresholds():
     a, b, M = problem(1, 4, 12, 6)
@@ -95,33 +175,55 @@ def test_warm_start_and_per_item_thresholds():
         _, l1 = semidual_newton(a[i], b[i], M[i], 0.05, stop_thr=float(thr[i]), log=True)
         assert l1['n_iter'] == int(l3['n_iter_item'][i])
 
+
 def test_cap_is_reported():
     a, b, M = planted()
     with pytest.warns(SinkhornConvergenceWarning, match='did not converge in 1 steps'):
         _, lg = semidual_newton(a, b, M, 0.05, num_iter_max=1, log=True)
     assert not lg['converged'].all()
 
+
 def test_gradient_and_hessian_are_derivatives():
     a, b, M = problem(3, 1, 9, 5)
     ell = torch.randn(1, 5, dtype=torch.float64)
     J = lambda l: (b[0] * l).sum() - (a[0] * torch.logsumexp(-M[0] / 0.2 + l, 1)).sum()
     T, log_u, c, Jv, H = semidual_point(-M / 0.2, a, b, ell)
-    torch.testing.assert_close(torch.autograd.functional.jacobian(J, ell[0]), (b - c)[0], atol=1e-12, rtol=0)
-    torch.testing.assert_close(torch.autograd.functional.hessian(J, ell[0]), -H[0], atol=1e-12, rtol=0)
+    torch.testing.assert_close(
+        torch.autograd.functional.jacobian(J, ell[0]), (b - c)[0], atol=1e-12, rtol=0
+    )
+    torch.testing.assert_close(
+        torch.autograd.functional.hessian(J, ell[0]), -H[0], atol=1e-12, rtol=0
+    )
     d, g = newton_direction(H, c, b)
-    torch.testing.assert_close(H[0] @ d[0], g[0], atol=1e-10, rtol=0)  # the step solves H d = b - c (b - c is orthogonal to 1; up to the 1e-12 ridge)
+    # the step solves H d = b - c (b - c is orthogonal to 1; up to the 1e-12 ridge)
+    torch.testing.assert_close(H[0] @ d[0], g[0], atol=1e-10, rtol=0)
 
-@pytest.mark.parametrize('kw,msg', [(dict(num_iter_max=0), 'num_iter_max'), (dict(num_iter_max=2.5), 'num_iter_max'),
-                                    (dict(reg=0.), 'reg'), (dict(reg=float('nan')), 'reg'),
-                                    (dict(log_v0=torch.full((4,), math.nan)), 'log_v0'), (dict(stop_thr=-1.), 'stop_thr')])
+
+@pytest.mark.parametrize(
+    'kw,msg',
+    [
+        (dict(num_iter_max=0), 'num_iter_max'),
+        (dict(num_iter_max=2.5), 'num_iter_max'),
+        (dict(reg=0.0), 'reg'),
+        (dict(reg=float('nan')), 'reg'),
+        (dict(log_v0=torch.full((4,), math.nan)), 'log_v0'),
+        (dict(stop_thr=-1.0), 'stop_thr'),
+    ],
+)
 def test_bad_input(kw, msg):
     a, b, M = problem(0, 2, 5, 4)
     reg = kw.pop('reg', 0.1)
-    with pytest.raises(ValueError, match=msg): semidual_newton(a, b, M, reg, **kw)
+    with pytest.raises(ValueError, match=msg):
+        semidual_newton(a, b, M, reg, **kw)
+
 
 def test_bad_marginals_and_costs():
     a, b, M = problem(0, 2, 5, 4)
-    with pytest.raises(ValueError, match='normalised'): semidual_newton(2 * a, b, M, 0.1)
-    M2 = M.clone(); M2[0, 0, 0] = math.inf
-    with pytest.raises(ValueError, match='nan or inf'): semidual_newton(a, b, M2, 0.1)
-    with pytest.raises(ValueError, match='empty problem'): semidual_newton(a[:, :0], b, M[:, :0], 0.1)
+    with pytest.raises(ValueError, match='normalised'):
+        semidual_newton(2 * a, b, M, 0.1)
+    M2 = M.clone()
+    M2[0, 0, 0] = math.inf
+    with pytest.raises(ValueError, match='nan or inf'):
+        semidual_newton(a, b, M2, 0.1)
+    with pytest.raises(ValueError, match='empty problem'):
+        semidual_newton(a[:, :0], b, M[:, :0], 0.1)

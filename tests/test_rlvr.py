@@ -1,24 +1,45 @@
 """Property tests and failure cases for hara_ref.rlvr.basics (chapter 02_rlvr)."""
-import math, os, threading
+
+import math
+import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from itertools import combinations
 
-os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.rlvr.basics import (token_logprobs, causal_token_logprobs, response_mask, sequence_logprob, extract_boxed,
-                           exact_match_reward, math_reward, pass_at_k, mean_accuracy, mean_pass_at_k)
+from hara_ref.rlvr.basics import (
+    token_logprobs,
+    causal_token_logprobs,
+    response_mask,
+    sequence_logprob,
+    extract_boxed,
+    exact_match_reward,
+    math_reward,
+    pass_at_k,
+    mean_accuracy,
+    mean_pass_at_k,
+)
 
 SET = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-# ---------------------------------------------------------------- token / sequence log-probabilities
+# ---------------------------------------------------------------- token / sequence
+# log-probabilities
+
 
 @SET
-@given(B=st.integers(1, 4), T=st.integers(1, 6), V=st.integers(2, 9), seed=st.integers(0, 10**6),
-       dtype=st.sampled_from([torch.float32, torch.float64]))
+@given(
+    B=st.integers(1, 4),
+    T=st.integers(1, 6),
+    V=st.integers(2, 9),
+    seed=st.integers(0, 10**6),
+    dtype=st.sampled_from([torch.float32, torch.float64]),
+)
 def test_token_logprobs_matches_categorical(B, T, V, seed, dtype):
     g = torch.Generator().manual_seed(seed)
     logits = (torch.randn(B, T, V, generator=g) * 5).to(dtype)
@@ -33,9 +54,9 @@ def test_token_logprobs_matches_categorical(B, T, V, seed, dtype):
 
 
 def test_token_logprobs_bf16_upcast_and_extreme_logits():
-    logits = torch.tensor([[[1000., 0., -1000.]]])
+    logits = torch.tensor([[[1000.0, 0.0, -1000.0]]])
     out = token_logprobs(logits, torch.tensor([[2]]))
-    assert torch.isfinite(out).all() and out.item() == pytest.approx(-2000.)
+    assert torch.isfinite(out).all() and out.item() == pytest.approx(-2000.0)
     assert token_logprobs(logits.bfloat16(), torch.tensor([[0]])).dtype == torch.float32
 
 
@@ -45,9 +66,12 @@ def test_sequence_logprob_is_masked_sum(B, T, seed):
     g = torch.Generator().manual_seed(seed)
     lp = -torch.rand(B, T, generator=g, dtype=torch.float64) * 4
     m = torch.rand(B, T, generator=g) < 0.6
-    lp_pad = torch.where(m, lp, torch.full_like(lp, -math.inf))  # -inf outside the mask must not matter
+    # -inf outside the mask must not matter
+    lp_pad = torch.where(m, lp, torch.full_like(lp, -math.inf))
     out = sequence_logprob(lp_pad, m)
-    brute = torch.tensor([sum(lp[b, t].item() for t in range(T) if m[b, t]) for b in range(B)], dtype=torch.float64)
+    brute = torch.tensor(
+        [sum(lp[b, t].item() for t in range(T) if m[b, t]) for b in range(B)], dtype=torch.float64
+    )
     torch.testing.assert_close(out, brute)
     assert torch.isfinite(out).all()
     # 0/1 int mask is accepted and gives the same
@@ -62,48 +86,85 @@ def test_sequence_logprob_gradient_only_on_mask():
 
 
 def test_response_mask_left_and_right_padding():
-    am = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])  # row 0: one left pad, one right pad
+    # row 0: one left pad, one right pad
+    am = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1]])
     out = response_mask(am, torch.tensor([3, 2]))
-    assert out.tolist() == [[False, False, False, True, True, False], [False, False, True, True, True, True]]
+    assert out.tolist() == [
+        [False, False, False, True, True, False],
+        [False, False, True, True, True, True],
+    ]
 
 
-@pytest.mark.parametrize('bad, msg', [
-    (lambda: token_logprobs(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)), '(B, T, V)'),
-    (lambda: token_logprobs(torch.zeros(1, 2, 3), torch.tensor([[0, -1]])), '[0, V=3)'),
-    (lambda: token_logprobs(torch.zeros(1, 2, 3), torch.zeros(1, 2)), 'integer token ids'),
-    (lambda: token_logprobs(torch.tensor([[[0., float('nan')]]]), torch.tensor([[0]])), 'NaN'),
-    (lambda: causal_token_logprobs(torch.zeros(1, 4, 3), torch.zeros(1, 3, dtype=torch.long)), 'input_ids (B, T)'),
-    (lambda: sequence_logprob(torch.zeros(2, 3), torch.ones(3, 2).bool()), 'differ in shape'),
-    (lambda: sequence_logprob(torch.tensor([[float('nan')]]), torch.ones(1, 1).bool()), 'NaN'),
-    (lambda: response_mask(torch.ones(2, 3), [1, 2, 3]), '3 entries for 2 rows'),
-    (lambda: response_mask(torch.ones(2, 3), [-1, 2]), 'prompt_lens must lie'),
-    (lambda: response_mask(torch.ones(3), [1]), '(B, T)'),
-])
+@pytest.mark.parametrize(
+    'bad, msg',
+    [
+        (lambda: token_logprobs(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)), '(B, T, V)'),
+        (lambda: token_logprobs(torch.zeros(1, 2, 3), torch.tensor([[0, -1]])), '[0, V=3)'),
+        (lambda: token_logprobs(torch.zeros(1, 2, 3), torch.zeros(1, 2)), 'integer token ids'),
+        (lambda: token_logprobs(torch.tensor([[[0.0, float('nan')]]]), torch.tensor([[0]])), 'NaN'),
+        (
+            lambda: causal_token_logprobs(
+                torch.zeros(1, 4, 3), torch.zeros(1, 3, dtype=torch.long)
+            ),
+            'input_ids (B, T)',
+        ),
+        (lambda: sequence_logprob(torch.zeros(2, 3), torch.ones(3, 2).bool()), 'differ in shape'),
+        (lambda: sequence_logprob(torch.tensor([[float('nan')]]), torch.ones(1, 1).bool()), 'NaN'),
+        (lambda: response_mask(torch.ones(2, 3), [1, 2, 3]), '3 entries for 2 rows'),
+        (lambda: response_mask(torch.ones(2, 3), [-1, 2]), 'prompt_lens must lie'),
+        (lambda: response_mask(torch.ones(3), [1]), '(B, T)'),
+    ],
+)
 def test_logprob_bad_input(bad, msg):
-    with pytest.raises((ValueError, TypeError), match=None) as e: bad()
+    with pytest.raises((ValueError, TypeError), match=None) as e:
+        bad()
     assert msg in str(e.value)
 
 
 @pytest.fixture(scope='module')
 def tiny_qwen3():
     from transformers import Qwen3Config, Qwen3ForCausalLM
+
     torch.manual_seed(0)
-    cfg = Qwen3Config(vocab_size=17, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=1, head_dim=8, max_position_embeddings=64, initializer_range=0.3,
-                      pad_token_id=0, eos_token_id=1, bos_token_id=None)
+    cfg = Qwen3Config(
+        vocab_size=17,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=64,
+        initializer_range=0.3,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=None,
+    )
     return Qwen3ForCausalLM(cfg).double().eval()
 
 
 def test_qwen3_batched_equals_prefix_product(tiny_qwen3):
-    """The batched, shifted, masked sum equals the product of next-token probabilities, prefix by prefix."""
+    """The batched, shifted, masked sum equals the product of next-token probabilities, prefix by
+    prefix."""
     g = torch.Generator().manual_seed(1)
-    rows = [(torch.randint(2, 17, (p,), generator=g).tolist(), torch.randint(1, 17, (o,), generator=g).tolist())
-            for p, o in [(3, 5), (6, 2), (1, 7)]]
+    rows = [
+        (
+            torch.randint(2, 17, (p,), generator=g).tolist(),
+            torch.randint(1, 17, (o,), generator=g).tolist(),
+        )
+        for p, o in [(3, 5), (6, 2), (1, 7)]
+    ]
     T = max(len(q) + len(o) for q, o in rows) + 2  # extra right padding
-    ids = torch.zeros(len(rows), T, dtype=torch.long); am = torch.zeros_like(ids)
-    for b, (q, o) in enumerate(rows): ids[b, :len(q) + len(o)] = torch.tensor(q + o); am[b, :len(q) + len(o)] = 1
-    with torch.no_grad(): logits = tiny_qwen3(input_ids=ids, attention_mask=am).logits
-    seq = sequence_logprob(causal_token_logprobs(logits, ids), response_mask(am, [len(q) for q, _ in rows])[:, 1:])
+    ids = torch.zeros(len(rows), T, dtype=torch.long)
+    am = torch.zeros_like(ids)
+    for b, (q, o) in enumerate(rows):
+        ids[b, : len(q) + len(o)] = torch.tensor(q + o)
+        am[b, : len(q) + len(o)] = 1
+    with torch.no_grad():
+        logits = tiny_qwen3(input_ids=ids, attention_mask=am).logits
+    seq = sequence_logprob(
+        causal_token_logprobs(logits, ids), response_mask(am, [len(q) for q, _ in rows])[:, 1:]
+    )
     for b, (q, o) in enumerate(rows):
         lp = 0.0
         with torch.no_grad():
@@ -117,16 +178,27 @@ def test_qwen3_batched_equals_prefix_product(tiny_qwen3):
 
 _plain = st.text(alphabet=st.sampled_from(list('abcxyz0123456789+-*/^=_ ,.()[]')), max_size=6)
 _atom = st.one_of(_plain, st.sampled_from(['\\{', '\\}', '\\frac', '\\sqrt', '\\\\', '\\pi ']))
-_balanced = st.recursive(st.lists(_atom, max_size=4).map(''.join),
-                         lambda inner: st.lists(st.one_of(_atom, inner.map(lambda s: '{' + s + '}'),
-                                                          inner.map(lambda s: '\\boxed{' + s + '}')), max_size=4).map(''.join),
-                         max_leaves=12)
+_balanced = st.recursive(
+    st.lists(_atom, max_size=4).map(''.join),
+    lambda inner: st.lists(
+        st.one_of(
+            _atom, inner.map(lambda s: '{' + s + '}'), inner.map(lambda s: '\\boxed{' + s + '}')
+        ),
+        max_size=4,
+    ).map(''.join),
+    max_leaves=12,
+)
 _no_box_text = st.text(alphabet=st.sampled_from(list('abc 123.:;=+')), max_size=10)
 
 
 @SET
-@given(s=_balanced, pre=_no_box_text, post=_no_box_text, cmd=st.sampled_from(['\\boxed{', '\\boxed {', '\\fbox{']),
-       earlier=st.one_of(st.none(), _balanced))
+@given(
+    s=_balanced,
+    pre=_no_box_text,
+    post=_no_box_text,
+    cmd=st.sampled_from(['\\boxed{', '\\boxed {', '\\fbox{']),
+    earlier=st.one_of(st.none(), _balanced),
+)
 def test_boxed_round_trip(s, pre, post, cmd, earlier):
     head = pre if earlier is None else pre + '\\boxed{' + earlier + '}' + pre
     assert extract_boxed(head + cmd + s + '}' + post) == s
@@ -152,30 +224,54 @@ def test_math_reward_never_raises_on_garbage(inner):
     assert math_reward('\\boxed{' + inner + '}', '\\frac{1}{2}') in (0.0, 1.0)
 
 
-@pytest.mark.parametrize('pred, gold, want', [
-    ('\\boxed{0.5}', '\\frac{1}{2}', 1.0), ('\\boxed{\\frac{2}{4}}', '1/2', 1.0), ('\\boxed{2\\pi}', '\\pi\\cdot 2', 1.0),
-    ('\\boxed{x^2-1}', '(x-1)(x+1)', 1.0), ('\\boxed{14}', '\\boxed{14}', 1.0), ('\\boxed{13}', '14', 0.0),
-    ('14', '14', 0.0), ('\\boxed{14', '14', 0.0), (None, '14', 0.0), (3.5, '14', 0.0),
-])
+@pytest.mark.parametrize(
+    'pred, gold, want',
+    [
+        ('\\boxed{0.5}', '\\frac{1}{2}', 1.0),
+        ('\\boxed{\\frac{2}{4}}', '1/2', 1.0),
+        ('\\boxed{2\\pi}', '\\pi\\cdot 2', 1.0),
+        ('\\boxed{x^2-1}', '(x-1)(x+1)', 1.0),
+        ('\\boxed{14}', '\\boxed{14}', 1.0),
+        ('\\boxed{13}', '14', 0.0),
+        ('14', '14', 0.0),
+        ('\\boxed{14', '14', 0.0),
+        (None, '14', 0.0),
+        (3.5, '14', 0.0),
+    ],
+)
 def test_math_reward_cases(pred, gold, want):
     assert math_reward(pred, gold) == want
 
 
 def test_math_reward_off_main_thread():
     with ThreadPoolExecutor(3) as ex:
-        out = list(ex.map(math_reward, ['\\boxed{0.5}', '\\boxed{0.4}', '\\boxed{\\frac{1}{2}'] * 2, ['1/2'] * 6))
+        out = list(
+            ex.map(
+                math_reward,
+                ['\\boxed{0.5}', '\\boxed{0.4}', '\\boxed{\\frac{1}{2}'] * 2,
+                ['1/2'] * 6,
+            )
+        )
     assert out == [1.0, 0.0, 0.0] * 2
 
 
 def test_exact_match_reward_on_builtin_task():
     from hara_ref.rlvr.data import sum_task, sum_solution
+
     probs = sum_task(20, seed=3)
     assert all(exact_match_reward(sum_solution(p), p.answer) == 1.0 for p in probs)
-    assert all(exact_match_reward(sum_solution(p).replace('{' + p.answer + '}', '{' + str(int(p.answer) + 1) + '}'),
-                                  p.answer) == 0.0 for p in probs)
+    assert all(
+        exact_match_reward(
+            sum_solution(p).replace('{' + p.answer + '}', '{' + str(int(p.answer) + 1) + '}'),
+            p.answer,
+        )
+        == 0.0
+        for p in probs
+    )
 
 
 # ---------------------------------------------------------------- pass@k
+
 
 def _pass_at_k_exact(n, c, k):
     return 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
@@ -184,7 +280,8 @@ def _pass_at_k_exact(n, c, k):
 @SET
 @given(n=st.integers(1, 200), data=st.data())
 def test_pass_at_k_exact_and_bounds(n, data):
-    c = data.draw(st.integers(0, n)); k = data.draw(st.integers(1, n))
+    c = data.draw(st.integers(0, n))
+    k = data.draw(st.integers(1, n))
     v = pass_at_k(n, c, k)
     assert 0.0 <= v <= 1.0
     assert v == pytest.approx(float(_pass_at_k_exact(n, c, k)), abs=1e-12)
@@ -207,7 +304,9 @@ def test_pass_at_k_brute_force_small():
         for c in range(n + 1):
             s = [1] * c + [0] * (n - c)
             for k in range(1, n + 1):
-                bf = sum(any(s[i] for i in sub) for sub in combinations(range(n), k)) / math.comb(n, k)
+                bf = sum(any(s[i] for i in sub) for sub in combinations(range(n), k)) / math.comb(
+                    n, k
+                )
                 assert pass_at_k(n, c, k) == pytest.approx(bf, abs=1e-14)
 
 
@@ -218,12 +317,20 @@ def test_pass_at_k_large_n_is_stable():
     assert v == pytest.approx(float(_pass_at_k_exact(5000, 3, 1000)), rel=1e-12)
 
 
-@pytest.mark.parametrize('args, exc, msg', [
-    ((4, 5, 1), ValueError, '0 <= c <= n'), ((4, -1, 1), ValueError, '0 <= c <= n'), ((4, 2, 0), ValueError, '1 <= k <= n'),
-    ((4, 2, 5), ValueError, '1 <= k <= n'), ((4.0, 2, 1), TypeError, 'must be ints'), ((4, 2, '1'), TypeError, 'must be ints'),
-])
+@pytest.mark.parametrize(
+    'args, exc, msg',
+    [
+        ((4, 5, 1), ValueError, '0 <= c <= n'),
+        ((4, -1, 1), ValueError, '0 <= c <= n'),
+        ((4, 2, 0), ValueError, '1 <= k <= n'),
+        ((4, 2, 5), ValueError, '1 <= k <= n'),
+        ((4.0, 2, 1), TypeError, 'must be ints'),
+        ((4, 2, '1'), TypeError, 'must be ints'),
+    ],
+)
 def test_pass_at_k_bad_input(args, exc, msg):
-    with pytest.raises(exc) as e: pass_at_k(*args)
+    with pytest.raises(exc) as e:
+        pass_at_k(*args)
     assert msg in str(e.value)
 
 
@@ -237,13 +344,17 @@ def test_mean_metrics(P, n, seed):
 
 
 def test_mean_metrics_bad_input():
-    with pytest.raises(ValueError, match='only 0/1'): mean_accuracy([[0.5, 1.0]])
-    with pytest.raises(ValueError, match='NaN'): mean_accuracy([[float('nan'), 1.0]])
-    with pytest.raises(ValueError, match='non-empty'): mean_pass_at_k(torch.zeros(0, 3), 1)
+    with pytest.raises(ValueError, match='only 0/1'):
+        mean_accuracy([[0.5, 1.0]])
+    with pytest.raises(ValueError, match='NaN'):
+        mean_accuracy([[float('nan'), 1.0]])
+    with pytest.raises(ValueError, match='non-empty'):
+        mean_pass_at_k(torch.zeros(0, 3), 1)
 
 
 def test_math_reward_timeout_in_main_thread():
     import time
+
     assert threading.current_thread() is threading.main_thread()
     t0 = time.time()
     assert math_reward('\\boxed{9^{9^{9^{9}}}}', '\\frac{1}{2}', timeout_s=1) == 0.0

@@ -1,12 +1,33 @@
-"""Training loop pieces: tokenizer and model round trips, scoring, the fixed-batch learning check, resume, bad config."""
-import json, os, random, warnings
-from pathlib import Path
-import pytest, torch
+"""Training loop pieces: tokenizer and model round trips, scoring, the fixed-batch learning check,
+resume, bad config."""
 
-os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
-from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy, load_policy, encode_prompts, sample, policy_forward, pad_id
+import json
+import os
+import warnings
+import pytest
+import torch
+
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
+from hara_ref.train.policy import (
+    char_tokenizer,
+    tiny_qwen3,
+    save_policy,
+    load_policy,
+    encode_prompts,
+    sample,
+    policy_forward,
+    pad_id,
+)
 from hara_ref.train.rl import (
-    TrainConfig, credit_advantages, ppo_update, train_run, builtin_items, evaluate, sft)
+    TrainConfig,
+    credit_advantages,
+    ppo_update,
+    train_run,
+    builtin_items,
+    evaluate,
+    sft,
+)
 from hara_ref.train.policy import read_jsonl, load_trainer_state
 from hara_ref.practice.cli import train_cli
 from hara_ref.rlvr.basics import exact_match_reward, rounding_tol
@@ -15,11 +36,13 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope='module')
-def tok(): return char_tokenizer()
+def tok():
+    return char_tokenizer()
 
 
 def test_tokenizer_and_model_round_trip(tok, tmp_path):
     from transformers import AutoTokenizer, AutoModelForCausalLM
+
     m = tiny_qwen3(tok, hidden_size=32, seed=3)
     save_policy(m, tok, tmp_path / 'p')
     t2 = AutoTokenizer.from_pretrained(tmp_path / 'p', local_files_only=True)
@@ -34,38 +57,68 @@ def test_tokenizer_and_model_round_trip(tok, tmp_path):
 def test_sampling_and_scoring_agree(tok):
     m = tiny_qwen3(tok, hidden_size=32, seed=0).eval()
     pi, pm = encode_prompts(tok, ['1+2=', '10+20+30=', '5='])
-    ri, rm = sample(m, pi, pm, 10, tok.eos_token_id, pad_id(tok), generator=torch.Generator().manual_seed(1))
+    ri, rm = sample(
+        m, pi, pm, 10, tok.eos_token_id, pad_id(tok), generator=torch.Generator().manual_seed(1)
+    )
     lp, ent, h = policy_forward(m, pi, pm, ri, rm, hidden_layer=-1)
     assert h.shape == (3, ri.shape[1], 32) and torch.isfinite(lp[rm]).all()
     for b in range(3):  # a padded row scores like the row alone
-        L = int(rm[b].sum()); x = torch.cat([pi[b][pm[b]], ri[b][:L]])[None]
-        ref = torch.log_softmax(m(input_ids=x).logits[0, -L - 1:-1], -1).gather(-1, ri[b][:L, None])[:, 0]
+        L = int(rm[b].sum())
+        x = torch.cat([pi[b][pm[b]], ri[b][:L]])[None]
+        ref = torch.log_softmax(m(input_ids=x).logits[0, -L - 1 : -1], -1).gather(
+            -1, ri[b][:L, None]
+        )[:, 0]
         torch.testing.assert_close(lp[b, :L], ref, atol=1e-4, rtol=1e-4)
     # greedy decoding equals transformers' generate on the same prompts
     g, gm = sample(m, pi, pm, 10, tok.eos_token_id, pad_id(tok), temperature=0)
-    out = m.generate(input_ids=pi, attention_mask=pm.long(), max_new_tokens=10, do_sample=False, pad_token_id=pad_id(tok), eos_token_id=tok.eos_token_id)
-    gen = out[:, pi.shape[1]:]
+    out = m.generate(
+        input_ids=pi,
+        attention_mask=pm.long(),
+        max_new_tokens=10,
+        do_sample=False,
+        pad_token_id=pad_id(tok),
+        eos_token_id=tok.eos_token_id,
+    )
+    gen = out[:, pi.shape[1] :]
     n = min(gen.shape[1], g.shape[1])
     assert torch.equal(torch.where(gm[:, :n], g[:, :n], -1), torch.where(gm[:, :n], gen[:, :n], -1))
 
 
 @pytest.mark.parametrize('reweight', ['none', 'hara-tok', 'hara-seq'])
 def test_fixed_batch_raises_rewarded_lowers_others(tok, reweight):
-    """A few PPO updates on one fixed batch raise log pi(o|q) of rewarded rollouts and lower it for the others."""
+    """A few PPO updates on one fixed batch raise log pi(o|q) of rewarded rollouts and lower it for
+    the others."""
     m = tiny_qwen3(tok, hidden_size=32, seed=1)
     cfg = TrainConfig(reweight=reweight, lr=1e-3, ppo_epochs=1, minibatches=1)
     pi, pm = encode_prompts(tok, ['1+2=', '3+4='] * 4)
     gid = torch.tensor([0, 1] * 4)
-    ri, rm = sample(m, pi, pm, 8, tok.eos_token_id, pad_id(tok), generator=torch.Generator().manual_seed(0))
-    r = torch.tensor([1., 0, 0, 1, 1, 0, 0, 1])
-    with torch.no_grad(): old, ent, h = policy_forward(m, pi, pm, ri, rm, -1)
+    ri, rm = sample(
+        m, pi, pm, 8, tok.eos_token_id, pad_id(tok), generator=torch.Generator().manual_seed(0)
+    )
+    r = torch.tensor([1.0, 0, 0, 1, 1, 0, 0, 1])
+    with torch.no_grad():
+        old, ent, h = policy_forward(m, pi, pm, ri, rm, -1)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         A, stats = credit_advantages(cfg, h, rm, r, gid, ent)
     assert A.shape == rm.shape and ((A > 0) == (r[:, None] > 0).expand_as(A) & rm).all()
     opt = torch.optim.AdamW(m.parameters(), lr=cfg.lr)
-    for _ in range(4): ppo_update(m, opt, pi, pm, ri, rm, old, A, torch.ones(8, dtype=torch.bool), cfg, torch.Generator().manual_seed(0))
-    with torch.no_grad(): new = policy_forward(m, pi, pm, ri, rm)[0]
+    for _ in range(4):
+        ppo_update(
+            m,
+            opt,
+            pi,
+            pm,
+            ri,
+            rm,
+            old,
+            A,
+            torch.ones(8, dtype=torch.bool),
+            cfg,
+            torch.Generator().manual_seed(0),
+        )
+    with torch.no_grad():
+        new = policy_forward(m, pi, pm, ri, rm)[0]
     d = ((new - old) * rm).sum(1)
     assert (d[r == 1] > 0).all() and (d[r == 0] < 0).all(), d
 
@@ -76,33 +129,57 @@ def _even_length_reward(text, answer):
 
 def _tiny_run(tmp_path, tok, steps, resume=False, reweight='hara-tok', name='run', allow=False):
     init = tmp_path / 'init'
-    if not init.exists(): save_policy(tiny_qwen3(tok, hidden_size=32, seed=0), tok, init)
+    if not init.exists():
+        save_policy(tiny_qwen3(tok, hidden_size=32, seed=0), tok, init)
     items = builtin_items(16, 'train', max_value=9)
-    cfg = TrainConfig(reweight=reweight, steps=steps, group_size=4, prompts_per_step=2, max_new_tokens=8, eval_every=2,
-                      eval_prompts=4, eval_samples=2, lr=1e-3, seed=7)
+    cfg = TrainConfig(
+        reweight=reweight,
+        steps=steps,
+        group_size=4,
+        prompts_per_step=2,
+        max_new_tokens=8,
+        eval_every=2,
+        eval_prompts=4,
+        eval_samples=2,
+        lr=1e-3,
+        seed=7,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        return train_run(cfg, tmp_path / name, init, items, items[:4], _even_length_reward,
-                         resume=resume, progress=False, allow_config_change=allow)
+        return train_run(
+            cfg,
+            tmp_path / name,
+            init,
+            items,
+            items[:4],
+            _even_length_reward,
+            resume=resume,
+            progress=False,
+            allow_config_change=allow,
+        )
 
 
 def test_resume_matches_uninterrupted_run(tok, tmp_path):
     full = _tiny_run(tmp_path, tok, 4, name='full')
-    half = _tiny_run(tmp_path, tok, 2, name='split')
+    _tiny_run(tmp_path, tok, 2, name='split')
     assert load_trainer_state(tmp_path / 'split')['step'] == 2
     resumed = _tiny_run(tmp_path, tok, 4, resume=True, name='split', allow=True)  # 2 steps more
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith('t_')} for r in rows]
     assert strip(full) == strip(resumed)
     assert [r['kind'] for r in full] == ['eval', 'train', 'train', 'eval', 'train', 'train', 'eval']
-    a = load_policy(tmp_path / 'full' / 'final')[0].state_dict(); b = load_policy(tmp_path / 'split' / 'final')[0].state_dict()
+    a = load_policy(tmp_path / 'full' / 'final')[0].state_dict()
+    b = load_policy(tmp_path / 'split' / 'final')[0].state_dict()
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert any(r['kind'] == 'train' and r['zero_std_frac'] < 1 for r in full)  # the reward gave signal: updates happened
+    # the reward gave signal: updates happened
+    assert any(r['kind'] == 'train' and r['zero_std_frac'] < 1 for r in full)
 
 
 def test_killed_run_loses_at_most_a_step(tok, tmp_path):
     _tiny_run(tmp_path, tok, 3, reweight='none', name='k')
     d = tmp_path / 'k'
-    with open(d / 'metrics.jsonl', 'a') as f: f.write('{"kind": "train", "step": 4, "tor')  # torn line of a killed write
+    # torn line of a killed write
+    with open(d / 'metrics.jsonl', 'a') as f:
+        f.write('{"kind": "train", "step": 4, "tor')
     os.replace(d / 'ckpt', d / 'ckpt.old')  # killed between the two renames of a checkpoint swap
     st = load_trainer_state(d)
     assert st['step'] == 3 and st['path'].name == 'ckpt.old'
@@ -119,23 +196,27 @@ def test_seeded_runs_reproducible(tok, tmp_path):
     assert strip(a) == strip(b)
 
 
-@pytest.mark.parametrize('argv,msg', [
-    (['--method', 'ppo'], 'unknown --method'),
-    (['--reweight', 'hara-tok,nope'], 'unknown --reweight'),
-    (['--group-size', '1'], '--group-size must be >= 2'),
-    (['--model', '/no/such/model'], 'no checkpoint'),
-    (['--model', 'MODEL', '--data', 'EMPTY'], 'is empty'),
-    (['--model', 'MODEL', '--data', '/no/such/file.jsonl'], 'does not exist'),
-    (['--resume'], '--resume needs --out'),
-    (['--seeds', 'a,b'], '--seeds'),
-    (['--data', 'DATA'], '--data needs --model, a local checkpoint'),  # nothing to learn
-    (['--allow-config-change'], '--allow-config-change only applies with --resume'),
-])
+@pytest.mark.parametrize(
+    'argv,msg',
+    [
+        (['--method', 'ppo'], 'unknown --method'),
+        (['--reweight', 'hara-tok,nope'], 'unknown --reweight'),
+        (['--group-size', '1'], '--group-size must be >= 2'),
+        (['--model', '/no/such/model'], 'no checkpoint'),
+        (['--model', 'MODEL', '--data', 'EMPTY'], 'is empty'),
+        (['--model', 'MODEL', '--data', '/no/such/file.jsonl'], 'does not exist'),
+        (['--resume'], '--resume needs --out'),
+        (['--seeds', 'a,b'], '--seeds'),
+        (['--data', 'DATA'], '--data needs --model, a local checkpoint'),  # nothing to learn
+        (['--allow-config-change'], '--allow-config-change only applies with --resume'),
+    ],
+)
 def test_bad_config_fails_before_any_work(tmp_path, capsys, argv, msg):
     (tmp_path / 'empty.jsonl').write_text('\n\n')
     (tmp_path / 'data.jsonl').write_text('{"problem": "1+1?", "answer": 2}\n')
     ctok = char_tokenizer()
-    if 'MODEL' in argv: save_policy(tiny_qwen3(ctok, hidden_size=32), ctok, tmp_path / 'm')
+    if 'MODEL' in argv:
+        save_policy(tiny_qwen3(ctok, hidden_size=32), ctok, tmp_path / 'm')
     paths = dict(EMPTY=tmp_path / 'empty.jsonl', DATA=tmp_path / 'data.jsonl', MODEL=tmp_path / 'm')
     argv = [str(paths[a]) if a in paths else a for a in argv]
     out = tmp_path / 'out'
@@ -157,39 +238,68 @@ def test_sft_learns_the_format(tok):
 @pytest.mark.float32
 @pytest.mark.parametrize('chunk', [1, 7, 64, 4096])
 def test_chunked_scoring_equals_unchunked_at_qwen3_vocab(tok, chunk):
-    """At V = 151,936 the chunked log-probs, entropies and their gradients equal the model's own (B, T, V) logits'."""
+    """At V = 151,936 the chunked log-probs, entropies and their gradients equal the model's own (B,
+    T, V) logits'."""
     m = tiny_qwen3(tok, hidden_size=16, n_heads=2, n_kv_heads=1, seed=2, vocab_size=151_936)
     pi, pm = encode_prompts(tok, ['1+2=', '10+20+30='])
     g = torch.Generator().manual_seed(0)
-    ri = torch.randint(0, 151_936, (2, 9), generator=g); rm = torch.ones(2, 9, dtype=torch.bool); rm[1, 6:] = False
+    ri = torch.randint(0, 151_936, (2, 9), generator=g)
+    rm = torch.ones(2, 9, dtype=torch.bool)
+    rm[1, 6:] = False
     grads = {}
     for c in (None, chunk):
         m.zero_grad()
         lp, ent, h = policy_forward(m, pi, pm, ri, rm, hidden_layer=-1, chunk_tokens=c)
         (lp[rm].sum() + ent[rm].sum()).backward()
         grads[c] = (lp.detach(), ent.detach(), h.detach(), m.model.embed_tokens.weight.grad.clone())
-    n = 151_936 + m.config.intermediate_size  # the longest sums: softmax over V, the MLP's down-projection
+    # the longest sums: softmax over V, the MLP's down-projection
+    n = 151_936 + m.config.intermediate_size
     for a, b in zip(grads[None][:3], grads[chunk][:3]):
         torch.testing.assert_close(b, a, atol=rounding_tol(a.abs().max(), n=n), rtol=0)
     g0, g1 = grads[None][3], grads[chunk][3]  # float32 sums over V = 151,936 terms in another order
-    assert (g1 - g0).abs().max() <= rounding_tol(g0.abs().max(), n=n), ((g1 - g0).abs().max(), g0.abs().max())
-    assert bool(((grads[chunk][1] >= 0) & (grads[chunk][1] <= torch.log(torch.tensor(151_936.)) + 1e-4)).all())
+    assert (g1 - g0).abs().max() <= rounding_tol(g0.abs().max(), n=n), (
+        (g1 - g0).abs().max(),
+        g0.abs().max(),
+    )
+    assert bool(
+        (
+            (grads[chunk][1] >= 0) & (grads[chunk][1] <= torch.log(torch.tensor(151_936.0)) + 1e-4)
+        ).all()
+    )
 
 
 def test_train_flags_come_from_the_configs():
     from hara_ref.practice.cli import train_parser
     from hara_ref.train.rl import TrainConfig
     from hara_ref.train.experiment import ExperimentConfig
+
     p = train_parser()
-    assert p.get_default('lr') == TrainConfig.lr and p.get_default('hidden_size') == ExperimentConfig.hidden_size
-    assert p.get_default('layers') == ExperimentConfig.n_layers and p.get_default('reweight') == ExperimentConfig.reweights
-    assert p.get_default('clip_eps_high') is None and TrainConfig(method='dapo').clip_eps_high == 0.28
-    for flag in ('--gradient-checkpointing', '--L-b', '-G', '--engine', '--first-wave', '--sft-shuffle', '--overlong-cache'):
+    assert (
+        p.get_default('lr') == TrainConfig.lr
+        and p.get_default('hidden_size') == ExperimentConfig.hidden_size
+    )
+    assert (
+        p.get_default('layers') == ExperimentConfig.n_layers
+        and p.get_default('reweight') == ExperimentConfig.reweights
+    )
+    assert (
+        p.get_default('clip_eps_high') is None and TrainConfig(method='dapo').clip_eps_high == 0.28
+    )
+    for flag in (
+        '--gradient-checkpointing',
+        '--L-b',
+        '-G',
+        '--engine',
+        '--first-wave',
+        '--sft-shuffle',
+        '--overlong-cache',
+    ):
         assert flag in p._option_string_actions, flag
     assert train_cli(['--dtype', 'fp8']) == 2
 
 
 # Data files: read right, or refused with file, line and field.
+
 
 def _data(tmp_path, *lines, bom=False):
     f = tmp_path / 'data.jsonl'
@@ -199,33 +309,52 @@ def _data(tmp_path, *lines, bom=False):
 
 def test_load_jsonl_answer_zero_is_an_answer(tmp_path):
     from hara_ref.train.rl import load_jsonl
-    f = _data(tmp_path, '{"problem": "1-1?", "answer": 0, "solution": "\\\\boxed{7}"}',
-              '{"problem": "2-2?", "answer": "0"}')
+
+    f = _data(
+        tmp_path,
+        '{"problem": "1-1?", "answer": 0, "solution": "\\\\boxed{7}"}',
+        '{"problem": "2-2?", "answer": "0"}',
+    )
     assert [it['answer'] for it in load_jsonl(f)] == ['0', '0']
 
 
 def test_load_jsonl_reads_a_byte_order_mark(tmp_path):
     from hara_ref.train.rl import load_jsonl
+
     f = _data(tmp_path, '{"problem": "1+1?", "answer": 2}', bom=True)
     assert load_jsonl(f)[0]['answer'] == '2'
 
 
 NO_ANSWER = "data.jsonl:2: field 'answer' is missing (or null)"
 
-@pytest.mark.parametrize('line, msg', [
-    ('{"problem": null, "answer": "1"}', "data.jsonl:2: field 'problem' is missing"),
-    ('{"answer": "1"}', "data.jsonl:2: field 'problem' is missing"),
-    ('{"problem": 12, "answer": "1"}', "data.jsonl:2: field 'problem' must be a non-empty string"),
-    ('{"problem": "", "answer": "1"}', "data.jsonl:2: field 'problem' must be a non-empty string"),
-    ('{"problem": "x", "answer": null}', f"{NO_ANSWER} and there is no 'solution'"),
-    ('{"problem": "x", "solution": "no box here"}', f"{NO_ANSWER} and field 'solution' has no"),
-    ('{"problem": "x", "answer": ""}', "data.jsonl:2: field 'answer' must be a non-empty string"),
-    ('{"problem": "x", "answer": "1"', "data.jsonl:2: not valid JSON"),
-    ('["x", "1"]', "data.jsonl:2: expected a JSON object"),
-    ('"x"', "data.jsonl:2: expected a JSON object"),
-])
+
+@pytest.mark.parametrize(
+    'line, msg',
+    [
+        ('{"problem": null, "answer": "1"}', "data.jsonl:2: field 'problem' is missing"),
+        ('{"answer": "1"}', "data.jsonl:2: field 'problem' is missing"),
+        (
+            '{"problem": 12, "answer": "1"}',
+            "data.jsonl:2: field 'problem' must be a non-empty string",
+        ),
+        (
+            '{"problem": "", "answer": "1"}',
+            "data.jsonl:2: field 'problem' must be a non-empty string",
+        ),
+        ('{"problem": "x", "answer": null}', f"{NO_ANSWER} and there is no 'solution'"),
+        ('{"problem": "x", "solution": "no box here"}', f"{NO_ANSWER} and field 'solution' has no"),
+        (
+            '{"problem": "x", "answer": ""}',
+            "data.jsonl:2: field 'answer' must be a non-empty string",
+        ),
+        ('{"problem": "x", "answer": "1"', "data.jsonl:2: not valid JSON"),
+        ('["x", "1"]', "data.jsonl:2: expected a JSON object"),
+        ('"x"', "data.jsonl:2: expected a JSON object"),
+    ],
+)
 def test_load_jsonl_refuses_bad_lines_with_file_line_field(tmp_path, line, msg):
     from hara_ref.train.rl import load_jsonl
+
     with pytest.raises(ValueError) as e:
         load_jsonl(_data(tmp_path, '{"problem": "ok", "answer": "1"}', line))
     assert msg in str(e.value) and str(tmp_path) in str(e.value)
@@ -237,22 +366,46 @@ def test_read_jsonl_warns_on_a_torn_last_line_and_refuses_a_damaged_one(tmp_path
     with pytest.warns(UserWarning, match=r"metrics.jsonl:2: torn last line"):
         assert [r['step'] for r in read_jsonl(f)] == [1]
     f.write_text('{"kind": "train", "step": 1}\n{"kind": "tr\n{"kind": "train", "step": 3}\n')
-    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not valid JSON"): read_jsonl(f)
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not valid JSON"):
+        read_jsonl(f)
 
 
 # Run folders: results are never deleted; resume says what it found, refuses what it cannot do.
 
+
 def _run(tmp_path, tok, name, resume=False, allow=False, **kw):
     init = tmp_path / 'init'
-    if not init.exists(): save_policy(tiny_qwen3(tok, hidden_size=32, seed=0), tok, init)
+    if not init.exists():
+        save_policy(tiny_qwen3(tok, hidden_size=32, seed=0), tok, init)
     items = builtin_items(16, 'train', max_value=9)
-    kw = dict(steps=2, group_size=2, prompts_per_step=2, max_new_tokens=6, eval_every=1,
-              eval_prompts=2, eval_samples=2, lr=1e-3, seed=3) | kw
+    kw = (
+        dict(
+            steps=2,
+            group_size=2,
+            prompts_per_step=2,
+            max_new_tokens=6,
+            eval_every=1,
+            eval_prompts=2,
+            eval_samples=2,
+            lr=1e-3,
+            seed=3,
+        )
+        | kw
+    )
     extra = dict(allow_config_change=True) if allow else {}
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        return train_run(TrainConfig(**kw), tmp_path / name, init, items, items[:2],
-                         _even_length_reward, resume=resume, progress=False, **extra)
+        return train_run(
+            TrainConfig(**kw),
+            tmp_path / name,
+            init,
+            items,
+            items[:2],
+            _even_length_reward,
+            resume=resume,
+            progress=False,
+            **extra,
+        )
 
 
 def _keep(d, keep):
@@ -264,8 +417,11 @@ def _keep(d, keep):
 
 def test_resume_leaves_a_finished_run_without_checkpoint_alone(tok, tmp_path):
     import shutil
+
     _run(tmp_path, tok, 'r')
-    d = tmp_path / 'r'; shutil.rmtree(d / 'ckpt'); before = (d / 'metrics.jsonl').read_bytes()
+    d = tmp_path / 'r'
+    shutil.rmtree(d / 'ckpt')
+    before = (d / 'metrics.jsonl').read_bytes()
     rows = _run(tmp_path, tok, 'r', resume=True)
     assert (d / 'metrics.jsonl').read_bytes() == before  # nothing deleted ...
     assert not (d / 'ckpt').exists()  # ... nothing retrained
@@ -275,17 +431,21 @@ def test_resume_leaves_a_finished_run_without_checkpoint_alone(tok, tmp_path):
 def test_fresh_run_refuses_a_folder_with_results(tok, tmp_path):
     _run(tmp_path, tok, 'r')
     before = (tmp_path / 'r' / 'metrics.jsonl').read_bytes()
-    with pytest.raises(ValueError, match='already holds a run'): _run(tmp_path, tok, 'r')
+    with pytest.raises(ValueError, match='already holds a run'):
+        _run(tmp_path, tok, 'r')
     assert (tmp_path / 'r' / 'metrics.jsonl').read_bytes() == before
 
 
 def test_resume_refuses_metrics_past_a_missing_checkpoint(tok, tmp_path):
     import shutil
+
     _run(tmp_path, tok, 'r', steps=3)
-    d = tmp_path / 'r'; shutil.rmtree(d / 'ckpt')
+    d = tmp_path / 'r'
+    shutil.rmtree(d / 'ckpt')
     before = _keep(d, lambda r: r['step'] <= 2)  # killed before step 3: no final evaluation
     msg = r"reaches step 2, but there is no checkpoint \(the one of step 1 is missing\)"
-    with pytest.raises(ValueError, match=msg): _run(tmp_path, tok, 'r', steps=3, resume=True)
+    with pytest.raises(ValueError, match=msg):
+        _run(tmp_path, tok, 'r', steps=3, resume=True)
     assert (d / 'metrics.jsonl').read_bytes() == before
 
 
@@ -300,13 +460,15 @@ def test_resume_refuses_changed_settings_unless_allowed(tok, tmp_path):
     assert json.loads((tmp_path / 'r' / 'train_config.json').read_text())['steps'] == 3
 
 
-@pytest.mark.parametrize('name', ['trainer.pt', 'model.safetensors', 'tokenizer.json',
-                                  'config.json'])
+@pytest.mark.parametrize(
+    'name', ['trainer.pt', 'model.safetensors', 'tokenizer.json', 'config.json']
+)
 def test_resume_names_a_damaged_checkpoint_file(tok, tmp_path, name):
     _run(tmp_path, tok, 'r')
     d = tmp_path / 'r'
     _keep(d, lambda r: not (r['kind'] == 'eval' and r['step'] == 2))  # killed before the last eval
     f = d / 'ckpt' / name
-    f.write_bytes(f.read_bytes()[:len(f.read_bytes()) // 2])  # a copy cut short
-    with pytest.raises(ValueError) as e: _run(tmp_path, tok, 'r', resume=True)
+    f.write_bytes(f.read_bytes()[: len(f.read_bytes()) // 2])  # a copy cut short
+    with pytest.raises(ValueError) as e:
+        _run(tmp_path, tok, 'r', resume=True)
     assert f"{f} is damaged" in str(e.value) and f"move {d} aside" in str(e.value), str(e.value)

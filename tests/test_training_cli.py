@@ -1,22 +1,51 @@
-"""`hara-ref train` end to end on tiny configurations: a local checkpoint + MATH-style data, and the built-in default path."""
-import json, os, warnings
-from pathlib import Path
-import pytest, torch
+"""`hara-ref train` end to end on tiny configurations: a local checkpoint + MATH-style data, and the
+built-in default path."""
 
-os.environ.setdefault('HF_HUB_OFFLINE', '1'); os.environ.setdefault('TRANSFORMERS_OFFLINE', '1'); os.environ.setdefault('MPLBACKEND', 'Agg')
+import json
+import os
+import warnings
+import pytest
+import torch
+
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
+os.environ.setdefault('MPLBACKEND', 'Agg')
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy, load_policy
 from hara_ref.train.policy import read_jsonl
 from hara_ref.practice.cli import train_cli
 
-TINY = ['--steps', '2', '--seeds', '1', '-G', '2', '--prompts-per-step', '2', '--max-new-tokens', '6', '--eval-every', '1',
-        '--eval-prompts', '2', '--eval-samples', '2', '--workers', '1', '--threads', '1']
+TINY = [
+    '--steps',
+    '2',
+    '--seeds',
+    '1',
+    '-G',
+    '2',
+    '--prompts-per-step',
+    '2',
+    '--max-new-tokens',
+    '6',
+    '--eval-every',
+    '1',
+    '--eval-prompts',
+    '2',
+    '--eval-samples',
+    '2',
+    '--workers',
+    '1',
+    '--threads',
+    '1',
+]
 
 
 @pytest.fixture()
 def ckpt_and_data(tmp_path):
     tok = char_tokenizer()
     save_policy(tiny_qwen3(tok, hidden_size=32, seed=0), tok, tmp_path / 'tiny-qwen3')
-    rows = [dict(problem=f"What is {a}+{b}?", solution=f"It is $\\boxed{{{a + b}}}$.") for a, b in [(1, 1), (2, 3), (4, 4), (7, 1), (5, 5), (9, 0)]]
+    rows = [
+        dict(problem=f"What is {a}+{b}?", solution=f"It is $\\boxed{{{a + b}}}$.")
+        for a, b in [(1, 1), (2, 3), (4, 4), (7, 1), (5, 5), (9, 0)]
+    ]
     rows.append(dict(problem='Write one half.', answer='\\frac{1}{2}'))
     (tmp_path / 'math.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
     return tmp_path / 'tiny-qwen3', tmp_path / 'math.jsonl'
@@ -25,12 +54,27 @@ def ckpt_and_data(tmp_path):
 def _check_run_folder(out, names):
     assert (out / 'summary.json').exists() and (out / 'curves.png').stat().st_size > 1000
     s = json.loads((out / 'summary.json').read_text())
-    assert sorted(v['variant'] for v in s['variants']) == sorted({n.rsplit('-s', 1)[0] for n in names})
+    assert sorted(v['variant'] for v in s['variants']) == sorted(
+        {n.rsplit('-s', 1)[0] for n in names}
+    )
     for n in names:
         rows = read_jsonl(out / 'runs' / n / 'metrics.jsonl')
         assert [r['step'] for r in rows if r['kind'] == 'train'] == [1, 2]
         t = [r for r in rows if r['kind'] == 'train'][0]
-        for k in ('reward', 'entropy', 'length', 'clip_frac', 'zero_std_frac', 'w_mean', 'w_std', 't_gen', 't_reward', 't_hara', 't_update', 't_step'):
+        for k in (
+            'reward',
+            'entropy',
+            'length',
+            'clip_frac',
+            'zero_std_frac',
+            'w_mean',
+            'w_std',
+            't_gen',
+            't_reward',
+            't_hara',
+            't_update',
+            't_step',
+        ):
             assert k in t, k
         assert (out / 'runs' / n / 'final' / 'config.json').exists()
 
@@ -40,7 +84,19 @@ def test_local_checkpoint_and_math_data(ckpt_and_data, tmp_path, capsys):
     out = tmp_path / 'run'
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        rc = train_cli(['--model', str(ckpt), '--data', str(data), '--out', str(out), '--reweight', 'none,hara-tok'] + TINY)
+        rc = train_cli(
+            [
+                '--model',
+                str(ckpt),
+                '--data',
+                str(data),
+                '--out',
+                str(out),
+                '--reweight',
+                'none,hara-tok',
+            ]
+            + TINY
+        )
     assert rc == 0
     _check_run_folder(out, ['grpo-s0', 'grpo+hara-tok-s0'])
     assert 'pass@2' in capsys.readouterr().out
@@ -52,19 +108,66 @@ def test_dapo_bf16_entropy_baseline(ckpt_and_data, tmp_path):
     out = tmp_path / 'run'
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        rc = train_cli(['--model', str(ckpt), '--data', str(data), '--out', str(out), '--method', 'dapo', '--dtype', 'bf16',
-                        '--reweight', 'entropy', '--gradient-checkpointing'] + TINY)
+        rc = train_cli(
+            [
+                '--model',
+                str(ckpt),
+                '--data',
+                str(data),
+                '--out',
+                str(out),
+                '--method',
+                'dapo',
+                '--dtype',
+                'bf16',
+                '--reweight',
+                'entropy',
+                '--gradient-checkpointing',
+            ]
+            + TINY
+        )
     assert rc == 0
     _check_run_folder(out, ['dapo+entropy-s0'])
-    assert load_policy(out / 'runs' / 'dapo+entropy-s0' / 'final', dtype='bf16')[0].dtype == torch.bfloat16
+    assert (
+        load_policy(out / 'runs' / 'dapo+entropy-s0' / 'final', dtype='bf16')[0].dtype
+        == torch.bfloat16
+    )
 
 
 def test_builtin_default_path_two_workers(tmp_path):
-    """The no-argument path in miniature: SFT once, then GRPO and HARA-tok over 2 seeds in 2 worker processes, then resume."""
+    """The no-argument path in miniature: SFT once, then GRPO and HARA-tok over 2 seeds in 2 worker
+    processes, then resume."""
     out = tmp_path / 'run'
-    argv = ['--out', str(out), '--sft-steps', '3', '--hidden-size', '32', '--max-value', '9', '--steps', '2', '--seeds', '2', '-G', '2',
-            '--prompts-per-step', '2', '--max-new-tokens', '8', '--eval-every', '1', '--eval-prompts', '2', '--eval-samples', '2',
-            '--workers', '2', '--threads', '1']
+    argv = [
+        '--out',
+        str(out),
+        '--sft-steps',
+        '3',
+        '--hidden-size',
+        '32',
+        '--max-value',
+        '9',
+        '--steps',
+        '2',
+        '--seeds',
+        '2',
+        '-G',
+        '2',
+        '--prompts-per-step',
+        '2',
+        '--max-new-tokens',
+        '8',
+        '--eval-every',
+        '1',
+        '--eval-prompts',
+        '2',
+        '--eval-samples',
+        '2',
+        '--workers',
+        '2',
+        '--threads',
+        '1',
+    ]
     assert train_cli(argv) == 0
     names = ['grpo-s0', 'grpo-s1', 'grpo+hara-tok-s0', 'grpo+hara-tok-s1']
     _check_run_folder(out, names)
@@ -76,10 +179,16 @@ def test_builtin_default_path_two_workers(tmp_path):
     assert all(strip(before[n]) == strip(after[n]) for n in names)
 
 
-@pytest.mark.parametrize('flags, msg', [(['--seeds', '0,0'], '--seeds lists 0 more than once'),
-                                        (['--reweight', 'none,none'], '--reweight lists none')])
-def test_duplicate_seeds_or_variants_refused_before_any_work(ckpt_and_data, tmp_path, capsys, flags,
-                                                             msg):
+@pytest.mark.parametrize(
+    'flags, msg',
+    [
+        (['--seeds', '0,0'], '--seeds lists 0 more than once'),
+        (['--reweight', 'none,none'], '--reweight lists none'),
+    ],
+)
+def test_duplicate_seeds_or_variants_refused_before_any_work(
+    ckpt_and_data, tmp_path, capsys, flags, msg
+):
     ckpt, data = ckpt_and_data
     out = tmp_path / 'run'
     argv = ['--model', str(ckpt), '--data', str(data), '--out', str(out)] + TINY + flags
@@ -117,7 +226,8 @@ def test_fresh_run_into_a_folder_with_results_refused(finished, capsys):
 
 def test_resume_with_changed_flags_refused_unless_allowed(finished, capsys):
     out, argv = finished
-    before = _snapshot(out); capsys.readouterr()
+    before = _snapshot(out)
+    capsys.readouterr()
     assert train_cli(argv + ['--resume', '--lr', '1e-4', '--eval-samples', '3']) == 2
     err = capsys.readouterr().err
     assert '--eval-samples 2 -> 3' in err and '--lr 3e-05 -> 0.0001' in err
@@ -135,9 +245,11 @@ def test_resume_with_changed_flags_refused_unless_allowed(finished, capsys):
 
 def test_resume_of_finished_run_without_checkpoint_reports_it_complete(finished, capsys):
     import shutil
+
     out, argv = finished
     run = out / 'runs' / 'grpo-s0'
-    shutil.rmtree(run / 'ckpt'); before = (run / 'metrics.jsonl').read_bytes()
+    shutil.rmtree(run / 'ckpt')
+    before = (run / 'metrics.jsonl').read_bytes()
     capsys.readouterr()
     assert train_cli(argv + ['--resume']) == 0
     said = 'grpo-s0: complete, 2 of 2 steps and the final evaluation in metrics.jsonl: left as is'
@@ -145,13 +257,18 @@ def test_resume_of_finished_run_without_checkpoint_reports_it_complete(finished,
     assert (run / 'metrics.jsonl').read_bytes() == before and not (run / 'ckpt').exists()
 
 
-@pytest.mark.parametrize('name, msg', [
-    ('start_eval.json', 'evaluates the start again'),
-    ('config.json', 'move it aside to resume with the current settings'),
-    ('runs/grpo-s0/train_config.json', 'restore it, or move')])
+@pytest.mark.parametrize(
+    'name, msg',
+    [
+        ('start_eval.json', 'evaluates the start again'),
+        ('config.json', 'move it aside to resume with the current settings'),
+        ('runs/grpo-s0/train_config.json', 'restore it, or move'),
+    ],
+)
 def test_resume_names_a_damaged_json_file(finished, capsys, name, msg):
     out, argv = finished
-    f = out / name; f.write_text(f.read_text()[:20])
+    f = out / name
+    f.write_text(f.read_text()[:20])
     assert train_cli(argv + ['--resume']) == 2
     err = capsys.readouterr().err
     assert f"{f} is damaged" in err and msg in err, err

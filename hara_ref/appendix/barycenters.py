@@ -4,27 +4,41 @@
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #28b53e19
 from __future__ import annotations
-import math, warnings
+import math
+import warnings
 import torch
 from .sinkhorn import sinkhorn_log
 from ..ot.entropic import ConvergenceWarning
 from .newton import semidual_newton
 from ..ot.fgw import chain_positions, normalize_features, feature_norms
-from ..ot.fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
-from ..ot.lfgw import (  # chapter 08_linearization's pieces, re-exported: `from hara_ref.appendix.barycenters import ...` reaches them all
-    anchor_plan, structure_cost, chain_tau_bar, linear_cost, lift, lfgw, monotone_plan, barycenter_update,
-    check_barycenter_inputs, barycenter_cost, linearized_barycenter_reference)
+
+# chapter 08_linearization's pieces, re-exported: `from hara_ref.appendix.barycenters import ...`
+# reaches them all
+from hara_ref.ot.lfgw import (
+    chain_tau_bar,
+    linear_cost,
+    lift,
+    monotone_plan,
+    barycenter_update,
+    check_barycenter_inputs,
+    barycenter_cost,
+    linearized_barycenter_reference,
+)
 
 # %% auto #0
 __all__ = ['feature_scales', 'group_weights', 'rollout_costs', 'anderson_step', 'anderson_history', 'anderson_next',
            'fixed_point_error', 'group_barycenters', 'linearized_barycenter']
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #bcdb1cb1
-def feature_scales(h:torch.Tensor,    # (N, T, d) hidden states (rows off the mask arbitrary, even nan)
-                   mask:torch.Tensor, # (N, T) bool, True on real tokens
-                   how:str='unit',    # 'unit' | 'none' | 'mean_norm', as in `normalize_features`
-                  ) -> tuple:         # h (N, T, d), s (N, T), hh (N, T)
-    "`normalize_features` as a per-token scale: $s_t h_t$ are the normalised features ($s=0$ off the mask), $hh_t=\\lVert s_th_t\\rVert^2$; one pass over `h`, no copy of it."
+# (N, T, d) hidden states (rows off the mask arbitrary, even nan)
+def feature_scales(
+    h: torch.Tensor,
+    mask: torch.Tensor,  # (N, T) bool, True on real tokens
+    how: str = 'unit',  # 'unit' | 'none' | 'mean_norm', as in `normalize_features`
+) -> tuple:  # h (N, T, d), s (N, T), hh (N, T)
+    """`normalize_features` as a per-token scale: $s_t h_t$ are the normalised features ($s=0$ off
+    the
+    mask), $hh_t=\\lVert s_th_t\\rVert^2$; one pass over `h`, no copy of it."""
     if how not in ('unit', 'none', 'mean_norm'):
         raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
     norms = torch.linalg.vector_norm(h, dim=-1)  # (N, T); nan/inf on a token shows up here
@@ -32,238 +46,485 @@ def feature_scales(h:torch.Tensor,    # (N, T, d) hidden states (rows off the ma
     if not torch.isfinite(norms[mask]).all() and not torch.isfinite(h[mask]).all():
         raise ValueError("h contains nan or inf on real tokens")
     if not torch.isfinite(norms).all():  # nan/inf off the mask: zero those rows (a copy, only then)
-        h, norms = h.masked_fill(~mask.unsqueeze(-1), 0.), norms.masked_fill(~mask, 0.)
+        h, norms = h.masked_fill(~mask.unsqueeze(-1), 0.0), norms.masked_fill(~mask, 0.0)
     if how != 'none':  # norms that under- or overflow: rows scaled by powers of two (exact; a copy)
         h, norms = feature_norms(h, mask, how == 'mean_norm', norms)  # (N, T, d), (N, T)
     m = mask.to(h.dtype)  # (N, T)
-    if how == 'unit': s = m / torch.where(norms > 0, norms, 1)  # (N, T) a zero row stays zero
-    elif how == 'none': s = m
+    if how == 'unit':
+        s = m / torch.where(norms > 0, norms, 1)  # (N, T) a zero row stays zero
+    elif how == 'none':
+        s = m
     else:
         mean = (norms * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)  # (N, 1)
         s = m / torch.where(mean > 0, mean, 1)  # (N, T)
     return h, s, (s * norms).square()  # (N, T, d), (N, T), (N, T)
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #a2a6c04b
-def group_weights(group:torch.Tensor,   # (N,) long group id of each rollout (-1 = not in any group)
-                  present:torch.Tensor, # (N,) bool, rollout has a real token
-                  n_groups:int,         # number of groups G
-                  weights:torch.Tensor|None=None, # (N,) non-negative rollout weights, or None (uniform)
-                  dtype=torch.float64   # dtype of the result
-                 ) -> torch.Tensor:     # (N,) $\lambda_i$, summing to 1 over the present rollouts of each group; 0 elsewhere
+def group_weights(
+    group: torch.Tensor,  # (N,) long group id of each rollout (-1 = not in any group)
+    present: torch.Tensor,  # (N,) bool, rollout has a real token
+    n_groups: int,  # number of groups G
+    # (N,) non-negative rollout weights, or None (uniform)
+    weights: torch.Tensor | None = None,
+    dtype=torch.float64,  # dtype of the result
+    # (N,) $\lambda_i$, summing to 1 over the present rollouts of each group; 0 elsewhere
+) -> torch.Tensor:
     "Rollout weights $\\lambda$ of each group's barycenter, normalised within the group."
     inn = present & (group >= 0)  # (N,)
     w = inn.to(dtype) if weights is None else torch.as_tensor(weights).to(dtype) * inn  # (N,)
-    if not torch.isfinite(w).all() or (w < 0).any(): raise ValueError("weights must be finite and non-negative")
-    tot = torch.zeros(n_groups, dtype=dtype, device=w.device).index_add_(0, group.clamp(min=0), w)  # (G,)
+    if not torch.isfinite(w).all() or (w < 0).any():
+        raise ValueError("weights must be finite and non-negative")
+    # (G,)
+    tot = torch.zeros(n_groups, dtype=dtype, device=w.device).index_add_(0, group.clamp(min=0), w)
     return w / tot[group.clamp(min=0)].clamp_min(torch.finfo(dtype).tiny)  # (N,)
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #51beff4f
-def rollout_costs(h:torch.Tensor,    # (N, T, d) hidden states, as given (never copied)
-                  s:torch.Tensor,    # (N, T) feature scales from `feature_scales` (0 off the mask)
-                  hh:torch.Tensor,   # (N, T) squared norms of the scaled features
-                  pos:torch.Tensor|None, # (N, T, L_b) position part α·2(τ - τ̄)² of the cost, or None (α = 0)
-                  mask:torch.Tensor, # (N, T) bool, True on real tokens
-                  Z:torch.Tensor,    # (G, L_b, d) barycenter supports of each group
-                  gid:torch.Tensor,  # (N,) group of each rollout (clamped to >= 0)
-                  rows:torch.Tensor, # (A,) sorted rollouts to compute
-                  ends:torch.Tensor, # (N,) one past each rollout's last real token
-                  alpha:float        # FGW trade-off
-                 ) -> torch.Tensor:  # (A, T, L_b) $\tilde M_{i,tj}$, 0 off the mask
-    "`barycenter_cost` for the rollouts `rows`, each against its own group's $(Z_g, \\bar\\tau)$: one $h_iZ_g^\\top$ product per rollout, on its real rows."
-    sel = (lambda x: x) if len(rows) == h.shape[0] else (lambda x: x[rows])  # `rows` is sorted: all rollouts = no gather
+def rollout_costs(
+    h: torch.Tensor,  # (N, T, d) hidden states, as given (never copied)
+    s: torch.Tensor,  # (N, T) feature scales from `feature_scales` (0 off the mask)
+    hh: torch.Tensor,  # (N, T) squared norms of the scaled features
+    # (N, T, L_b) position part α·2(τ - τ̄)² of the cost, or None (α = 0)
+    pos: torch.Tensor | None,
+    mask: torch.Tensor,  # (N, T) bool, True on real tokens
+    Z: torch.Tensor,  # (G, L_b, d) barycenter supports of each group
+    gid: torch.Tensor,  # (N,) group of each rollout (clamped to >= 0)
+    rows: torch.Tensor,  # (A,) sorted rollouts to compute
+    ends: torch.Tensor,  # (N,) one past each rollout's last real token
+    alpha: float,  # FGW trade-off
+) -> torch.Tensor:  # (A, T, L_b) $\tilde M_{i,tj}$, 0 off the mask
+    """`barycenter_cost` for the rollouts `rows`, each against its own group's $(Z_g, \\bar\\tau)$:
+    one $h_iZ_g^\\top$ product per rollout, on its real rows."""
+    # `rows` is sorted: all rollouts = no gather
+    sel = (lambda x: x) if len(rows) == h.shape[0] else (lambda x: x[rows])
     hZ = h.new_zeros(len(rows), h.shape[1], Z.shape[-2])  # (A, T, L_b)
     for k, (i, g, e) in enumerate(zip(rows.tolist(), gid[rows].tolist(), ends[rows].tolist())):
-        torch.mm(h[i, :e], Z[g].T, out=hZ[k, :e])  # (e, L_b) the only O(T L_b d) work: no copy of h, no padding rows
+        # (e, L_b) the only O(T L_b d) work: no copy of h, no padding rows
+        torch.mm(h[i, :e], Z[g].T, out=hZ[k, :e])
     zz = (Z * Z).sum(-1)[gid[rows]]  # (A, L_b)
-    M = hZ.mul_(-2 * sel(s).unsqueeze(-1)).add_(sel(hh).unsqueeze(-1)).add_(zz.unsqueeze(-2)).clamp_min_(0).mul_(1 - alpha)  # (1-α)|s h - z|^2
-    if pos is not None: M.add_(sel(pos))  # + 2α(τ - τ̄)^2, built once
+    # (1-α)|s h - z|^2
+    M = (
+        hZ.mul_(-2 * sel(s).unsqueeze(-1))
+        .add_(sel(hh).unsqueeze(-1))
+        .add_(zz.unsqueeze(-2))
+        .clamp_min_(0)
+        .mul_(1 - alpha)
+    )
+    if pos is not None:
+        M.add_(sel(pos))  # + 2α(τ - τ̄)^2, built once
     return M.mul_(sel(mask).unsqueeze(-1))  # (A, T, L_b)
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #b2179cdf
 def _feature_step(plans, h, s, lam, gid, rows, ends, n_groups):
-    "Feature step for the groups of `rows`: $Z_g = \\operatorname{diag}(1/b_g)\\sum_{i\\in g}\\lambda_i (s_i\\odot T_i)^\\top H_i$, one product per rollout; (G, L_b, d), 0 for other groups."
+    """Feature step for the groups of `rows`: $Z_g = \\operatorname{diag}(1/b_g)\\sum_{i\\in
+    g}\\lambda_i (s_i\\odot T_i)^\\top H_i$, one product per rollout; (G, L_b, d), 0 for other
+    groups."""
     P = plans * (lam[rows].unsqueeze(-1) * s[rows]).unsqueeze(-1)  # (A, T, L_b) lam_i s_t T_i[t, j]
     TH = h.new_zeros(n_groups, plans.shape[-1], h.shape[-1])  # (G, L_b, d)
     for k, (i, g, e) in enumerate(zip(rows.tolist(), gid[rows].tolist(), ends[rows].tolist())):
         TH[g].addmm_(P[k, :e].T, h[i, :e])  # (L_b, d)
-    mass = h.new_zeros(n_groups, plans.shape[-1]).index_add_(0, gid[rows], lam[rows].unsqueeze(-1) * plans.sum(-2))  # (G, L_b)
+    # (G, L_b)
+    mass = h.new_zeros(n_groups, plans.shape[-1]).index_add_(
+        0, gid[rows], lam[rows].unsqueeze(-1) * plans.sum(-2)
+    )
     return TH / mass.clamp_min(torch.finfo(h.dtype).tiny).unsqueeze(-1)  # (G, L_b, d)
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #2e5791ef
-def anderson_step(X:torch.Tensor, # (G, m+1, n) last iterates x of each group, newest last
-                  F:torch.Tensor, # (G, m+1, n) their residuals f = F(x) - x
-                  count:torch.Tensor # (G,) long, how many of the newest entries are valid (>= 1)
-                 ) -> torch.Tensor: # (G, n) $x_k + f_k - \sum_i\gamma_i(\Delta x_i + \Delta f_i)$
+def anderson_step(
+    X: torch.Tensor,  # (G, m+1, n) last iterates x of each group, newest last
+    F: torch.Tensor,  # (G, m+1, n) their residuals f = F(x) - x
+    count: torch.Tensor,  # (G,) long, how many of the newest entries are valid (>= 1)
+) -> torch.Tensor:  # (G, n) $x_k + f_k - \sum_i\gamma_i(\Delta x_i + \Delta f_i)$
     "Anderson (type II) extrapolation of each group's fixed-point iteration from its valid history."
     dX, dF = X[:, 1:] - X[:, :-1], F[:, 1:] - F[:, :-1]  # (G, m, n)
-    ok = torch.arange(X.shape[1] - 1, device=X.device) >= X.shape[1] - count.clamp(min=1)[:, None]  # (G, m) both ends valid
+    # (G, m) both ends valid
+    ok = torch.arange(X.shape[1] - 1, device=X.device) >= X.shape[1] - count.clamp(min=1)[:, None]
     dX, dF = dX * ok.unsqueeze(-1), dF * ok.unsqueeze(-1)  # (G, m, n)
     A = dF @ dF.transpose(-1, -2)  # (G, m, m) normal equations of the least-squares problem
-    ridge = 1e-10 * A.diagonal(dim1=-2, dim2=-1).amax(-1, keepdim=True).clamp_min(torch.finfo(A.dtype).tiny)  # (G, 1)
-    A = A + torch.diag_embed(torch.where(ok, ridge, torch.ones_like(ridge)))  # invalid entries: gamma = 0
+    # (G, 1)
+    ridge = 1e-10 * A.diagonal(dim1=-2, dim2=-1).amax(-1, keepdim=True).clamp_min(
+        torch.finfo(A.dtype).tiny
+    )
+    # invalid entries: gamma = 0
+    A = A + torch.diag_embed(torch.where(ok, ridge, torch.ones_like(ridge)))
     gamma = torch.linalg.solve(A, dF @ F[:, -1].unsqueeze(-1))  # (G, m, 1)
     return X[:, -1] + F[:, -1] - ((dX + dF) * gamma).sum(1)  # (G, n)
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #7ddfcfba
-def anderson_history(G:int, m:int, n:int, like:torch.Tensor) -> dict:
-    "Empty Anderson history for G groups: iterates and residuals (G, m+1, n), valid count (G,), last residual (G,)."
-    return dict(X=like.new_zeros(G, m + 1, n), F=like.new_zeros(G, m + 1, n), count=torch.zeros(G, dtype=torch.long, device=like.device),
-                prev=like.new_full((G,), math.inf))
+def anderson_history(G: int, m: int, n: int, like: torch.Tensor) -> dict:
+    """Empty Anderson history for G groups: iterates and residuals (G, m+1, n), valid count (G,),
+    last
+    residual (G,)."""
+    return dict(
+        X=like.new_zeros(G, m + 1, n),
+        F=like.new_zeros(G, m + 1, n),
+        count=torch.zeros(G, dtype=torch.long, device=like.device),
+        prev=like.new_full((G,), math.inf),
+    )
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #0344eb6d
-def anderson_next(hist:dict,          # from `anderson_history`, updated in place
-                  g:torch.Tensor,     # (G_live,) live groups
-                  Z:torch.Tensor,     # (G_live, L_b, d) current iterates
-                  FZ:torch.Tensor,    # (G_live, L_b, d) their images F(Z)
-                  change:torch.Tensor, # (G_live,) residuals max|F(Z) - Z|
-                  done:torch.Tensor,  # (G_live,) bool, groups that stop now (they take the plain step)
-                  start:float=1e-2    # restart while the residual is above this
-                 ) -> torch.Tensor:   # (G_live, L_b, d) next iterates
-    "Safeguarded Anderson step of the live groups: restart on growth or while large; plain step without history."
-    cnt = torch.where((change > hist['prev'][g]) | (change > start), torch.zeros_like(hist['count'][g]), hist['count'][g])  # (G_live,)
+def anderson_next(
+    hist: dict,  # from `anderson_history`, updated in place
+    g: torch.Tensor,  # (G_live,) live groups
+    Z: torch.Tensor,  # (G_live, L_b, d) current iterates
+    FZ: torch.Tensor,  # (G_live, L_b, d) their images F(Z)
+    change: torch.Tensor,  # (G_live,) residuals max|F(Z) - Z|
+    # (G_live,) bool, groups that stop now (they take the plain step)
+    done: torch.Tensor,
+    start: float = 1e-2,  # restart while the residual is above this
+) -> torch.Tensor:  # (G_live, L_b, d) next iterates
+    """Safeguarded Anderson step of the live groups: restart on growth or while large; plain step
+    without history."""
+    # (G_live,)
+    cnt = torch.where(
+        (change > hist['prev'][g]) | (change > start),
+        torch.zeros_like(hist['count'][g]),
+        hist['count'][g],
+    )
     hist['prev'][g] = change
     hist['X'][g] = torch.cat([hist['X'][g, 1:], Z.flatten(1).unsqueeze(1)], 1)  # (G_live, m+1, n)
     hist['F'][g] = torch.cat([hist['F'][g, 1:], (FZ - Z).flatten(1).unsqueeze(1)], 1)
     hist['count'][g] = cnt = (cnt + 1).clamp(max=hist['X'].shape[1])
     use = (cnt >= 2) & ~done  # (G_live,)
-    if not use.any(): return FZ
-    return torch.where(use[:, None, None], anderson_step(hist['X'][g], hist['F'][g], cnt).view_as(Z), FZ)
+    if not use.any():
+        return FZ
+    return torch.where(
+        use[:, None, None], anderson_step(hist['X'][g], hist['F'][g], cnt).view_as(Z), FZ
+    )
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #8b635c99
-def fixed_point_error(change:torch.Tensor, # (G,) residual $r_k = \max|F(Z_k)-Z_k|$ of each group
-                      past:torch.Tensor    # (G, 3) its residuals of the three iterations before ($\infty$ = none yet)
-                     ) -> torch.Tensor:    # (G,) $r_k\max(1, \hat\rho/(1-\hat\rho))$, $\infty$ while residuals grow
-    "Estimated distance to the fixed point of a linearly converging iteration, from the contraction of the last residuals."
-    rho = (change / past[:, 0]) ** (1 / 3)  # (G,) mean contraction per iteration over the last three
-    return torch.where(rho < 1, change * (rho / (1 - rho)).clamp(min=1), torch.full_like(change, math.inf))  # (G,)
+def fixed_point_error(
+    change: torch.Tensor,  # (G,) residual $r_k = \max|F(Z_k)-Z_k|$ of each group
+    # (G, 3) its residuals of the three iterations before ($\infty$ = none yet)
+    past: torch.Tensor,
+) -> torch.Tensor:  # (G,) $r_k\max(1, \hat\rho/(1-\hat\rho))$, $\infty$ while residuals grow
+    """Estimated distance to the fixed point of a linearly converging iteration, from the
+    contraction
+    of the last residuals."""
+    # (G,) mean contraction per iteration over the last three
+    rho = (change / past[:, 0]) ** (1 / 3)
+    # (G,)
+    return torch.where(
+        rho < 1, change * (rho / (1 - rho)).clamp(min=1), torch.full_like(change, math.inf)
+    )
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #a9aa0449
-def group_barycenters(h:torch.Tensor,     # (N, T, d) hidden states of the rollouts, in any order (never copied)
-                      mask:torch.Tensor,  # (N, T) bool, True on real tokens; an all-False row is an absent rollout
-                      group:torch.Tensor, # (N,) long group of each rollout in [0, G), or -1 (not in any group)
-                      n_groups:int|None=None, # G (default: group.max() + 1)
-                      weights:torch.Tensor|None=None, # (N,) rollout weights (default uniform over each group's present rollouts)
-                      alpha:float=0.25,   # FGW trade-off (weight of the structure term)
-                      L_b:int=32,         # barycenter size
-                      reg:float=0.05,     # entropic regulariser $\varepsilon$
-                      max_iter:int=200,   # most barycenter iterations
-                      tol:float=1e-4,     # a group stops when its estimated distance to the fixed point is below tol (`fixed_point_error`)
-                      normalize:str='unit', # feature normalisation (`feature_scales`)
-                      stop_thr:float=1e-7, # smallest Sinkhorn marginal tolerance
-                      inner_rtol:float|None=None, # plan tolerance relative to the group's last change of Z (None: 1e-3 for 'newton', 0.03 for 'sinkhorn')
-                      inner_iter:int|None=None, # most solver steps per barycenter iteration, warm-started (None: 50 Newton / 200 Sinkhorn)
-                      omega:float|str=1.9, # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
-                      check_every:int=5,   # Sinkhorn checks its marginal error every this many iterations
-                      final_sinkhorn:dict|None=None, # if given, keywords of `solver`'s function for one more solve against the final Z (exact plans)
-                      warn:bool=True,     # `ConvergenceWarning` if a group or a final plan stopped at its cap
-                      anderson:int=0,     # Anderson memory m of the outer fixed point (0: plain iteration, the reference), see above
-                      solver:str='newton' # entropic plans by 'newton' (chapter 23_newton's `semidual_newton`) or 'sinkhorn' (chapter 22_sinkhorn_batched's `sinkhorn_log`)
-                     ) -> tuple:          # Z (G, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
-    "Linearized FGW barycenter of every group of rollouts, all groups at once: per-rollout products, one batched OT solve, per-group stopping."
-    # inner solves stop at `inner_iter` unreported: the outer rule (`tol`) decides; outer and final caps are warned
-    if not isinstance(h, torch.Tensor) or not h.is_floating_point() or h.ndim != 3: raise TypeError(f"h must be a floating (N, T, d) tensor, got {getattr(h, 'dtype', type(h))} {tuple(getattr(h, 'shape', ()))}")
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != h.shape[:-1]: raise ValueError(f"mask must be bool of shape {tuple(h.shape[:-1])}")
-    if not isinstance(group, torch.Tensor) or group.shape != h.shape[:1] or group.is_floating_point(): raise ValueError(f"group must be an integer tensor of shape ({h.shape[0]},)")
-    if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    if solver not in ('newton', 'sinkhorn'): raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
+# (N, T, d) hidden states of the rollouts, in any order (never copied)
+def group_barycenters(
+    h: torch.Tensor,
+    # (N, T) bool, True on real tokens; an all-False row is an absent rollout
+    mask: torch.Tensor,
+    # (N,) long group of each rollout in [0, G), or -1 (not in any group)
+    group: torch.Tensor,
+    n_groups: int | None = None,  # G (default: group.max() + 1)
+    # (N,) rollout weights (default uniform over each group's present rollouts)
+    weights: torch.Tensor | None = None,
+    alpha: float = 0.25,  # FGW trade-off (weight of the structure term)
+    L_b: int = 32,  # barycenter size
+    reg: float = 0.05,  # entropic regulariser $\varepsilon$
+    max_iter: int = 200,  # most barycenter iterations
+    # a group stops when its estimated distance to the fixed point is below tol
+    # (`fixed_point_error`)
+    tol: float = 1e-4,
+    normalize: str = 'unit',  # feature normalisation (`feature_scales`)
+    stop_thr: float = 1e-7,  # smallest Sinkhorn marginal tolerance
+    # plan tolerance relative to the group's last change of Z (None: 1e-3 for 'newton', 0.03 for
+    # 'sinkhorn')
+    inner_rtol: float | None = None,
+    # most solver steps per barycenter iteration, warm-started (None: 50 Newton / 200 Sinkhorn)
+    inner_iter: int | None = None,
+    # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
+    omega: float | str = 1.9,
+    # Sinkhorn checks its marginal error every this many iterations
+    check_every: int = 5,
+    # if given, keywords of `solver`'s function for one more solve against the final Z (exact plans)
+    final_sinkhorn: dict | None = None,
+    # `ConvergenceWarning` if a group or a final plan stopped at its cap
+    warn: bool = True,
+    # Anderson memory m of the outer fixed point (0: plain iteration, the reference), see above
+    anderson: int = 0,
+    # entropic plans by 'newton' (chapter 23_newton's `semidual_newton`) or 'sinkhorn' (chapter
+    # 22_sinkhorn_batched's `sinkhorn_log`)
+    solver: str = 'newton',
+    # Z (G, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
+) -> tuple:
+    """Linearized FGW barycenter of every group of rollouts, all groups at once: per-rollout
+    products,
+    one batched OT solve, per-group stopping."""
+    # inner solves stop at `inner_iter` unreported: the outer rule (`tol`) decides; outer and final
+    # caps are warned
+    if not isinstance(h, torch.Tensor) or not h.is_floating_point() or h.ndim != 3:
+        raise TypeError(
+            f"h must be a floating (N, T, d) tensor, got {getattr(h, 'dtype', type(h))} "
+            f"{tuple(getattr(h, 'shape', ()))}"
+        )
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != h.shape[:-1]:
+        raise ValueError(f"mask must be bool of shape {tuple(h.shape[:-1])}")
+    if (
+        not isinstance(group, torch.Tensor)
+        or group.shape != h.shape[:1]
+        or group.is_floating_point()
+    ):
+        raise ValueError(f"group must be an integer tensor of shape ({h.shape[0]},)")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if solver not in ('newton', 'sinkhorn'):
+        raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
     newton = solver == 'newton'
     inner_rtol = (1e-3 if newton else 0.03) if inner_rtol is None else inner_rtol
     inner_iter = (50 if newton else 200) if inner_iter is None else inner_iter
     group = group.long()
     G = int(group.max()) + 1 if n_groups is None and group.numel() else int(n_groups or 0)
-    if group.numel() and int(group.max()) >= G: raise ValueError(f"group ids must be < n_groups = {G}, got {int(group.max())}")
+    if group.numel() and int(group.max()) >= G:
+        raise ValueError(f"group ids must be < n_groups = {G}, got {int(group.max())}")
     with torch.no_grad():
         h, s, hh = feature_scales(h, mask, normalize)  # (N, T, d), (N, T), (N, T)
         N, T, d = h.shape
         present, gid = mask.any(-1) & (group >= 0), group.clamp(min=0)  # (N,), (N,)
         lam = group_weights(group, present, G, weights, h.dtype)  # (N,)
-        tau_bar, tol = chain_tau_bar(L_b, h.dtype, h.device), max(tol, 100 * torch.finfo(h.dtype).eps)  # (L_b,)
-        noise = 1000 * torch.finfo(h.dtype).eps  # a residual this small is rounding: its contraction rate cannot be estimated
-        stop_thr = max(stop_thr, 100 * torch.finfo(h.dtype).eps)  # Sinkhorn's marginal error cannot go much below this either
-        pos = alpha * linear_cost(chain_positions(mask, h.dtype), tau_bar) * mask.unsqueeze(-1) if alpha else None  # (N, T, L_b) position part of the cost, once
+        # (L_b,)
+        tau_bar, tol = (
+            chain_tau_bar(L_b, h.dtype, h.device),
+            max(tol, 100 * torch.finfo(h.dtype).eps),
+        )
+        # a residual this small is rounding: its contraction rate cannot be estimated
+        noise = 1000 * torch.finfo(h.dtype).eps
+        # Sinkhorn's marginal error cannot go much below this either
+        stop_thr = max(stop_thr, 100 * torch.finfo(h.dtype).eps)
+        # (N, T, L_b) position part of the cost, once
+        pos = (
+            alpha * linear_cost(chain_positions(mask, h.dtype), tau_bar) * mask.unsqueeze(-1)
+            if alpha
+            else None
+        )
         a = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1)  # (N, T)
-        b = torch.full((L_b,), 1 / L_b, dtype=h.dtype, device=h.device)  # (L_b,) shared by every problem
-        ends = torch.where(mask, torch.arange(1, T + 1, device=h.device), 0).amax(-1)  # (N,) one past the last real token
+        # (L_b,) shared by every problem
+        b = torch.full((L_b,), 1 / L_b, dtype=h.dtype, device=h.device)
+        # (N,) one past the last real token
+        ends = torch.where(mask, torch.arange(1, T + 1, device=h.device), 0).amax(-1)
         rows = present.nonzero().flatten()  # (R,) rollouts that take part
-        live = torch.zeros(G, dtype=torch.bool, device=h.device); live[gid[rows]] = True  # (G,) groups still iterating
-        Z = _feature_step(monotone_plan(a[rows], b), h, s, lam, gid, rows, ends, G)  # (G, L_b, d) start; 0 for empty groups
-        plans, tok = h.new_zeros(N, T, L_b), h.new_zeros(N, T)  # last plans of every rollout and their token costs
-        log_u, log_v, merr = h.new_zeros(N, T), h.new_zeros(N, L_b), h.new_zeros(N)  # warm starts, marginal errors
-        last, n_it, n_sk, errs = h.new_ones(G), torch.zeros(G, dtype=torch.long), torch.zeros(G, dtype=torch.long), []
-        past, dist = h.new_full((G, 3), math.inf), h.new_full((G,), math.inf)  # each group's last three residuals, estimated error
+        # (G,) groups still iterating
+        live = torch.zeros(G, dtype=torch.bool, device=h.device)
+        live[gid[rows]] = True
+        # (G, L_b, d) start; 0 for empty groups
+        Z = _feature_step(monotone_plan(a[rows], b), h, s, lam, gid, rows, ends, G)
+        # last plans of every rollout and their token costs
+        plans, tok = h.new_zeros(N, T, L_b), h.new_zeros(N, T)
+        # warm starts, marginal errors
+        log_u, log_v, merr = h.new_zeros(N, T), h.new_zeros(N, L_b), h.new_zeros(N)
+        last, n_it, n_sk, errs = (
+            h.new_ones(G),
+            torch.zeros(G, dtype=torch.long),
+            torch.zeros(G, dtype=torch.long),
+            [],
+        )
+        # each group's last three residuals, estimated error
+        past, dist = h.new_full((G, 3), math.inf), h.new_full((G,), math.inf)
         node = h.new_zeros(N, L_b)  # (N, L_b) cost each rollout pays at each node
         hist = anderson_history(G, anderson, L_b * d, h) if anderson else None
         for it in range(max_iter):
             r = rows[live[gid[rows]]]  # (A,) rollouts of the groups still iterating
-            if r.numel() == 0: break
+            if r.numel() == 0:
+                break
             full = len(r) == N  # every rollout: results replace the buffers, no scatter
             M = rollout_costs(h, s, hh, pos, mask, Z, gid, r, ends, alpha)  # (A, T, L_b)
             thr = (inner_rtol * last[gid[r]]).clamp(min=stop_thr)  # (A,) per-problem tolerances
-            if newton: P, lg = semidual_newton(a[r], b, M, reg, num_iter_max=inner_iter, stop_thr=thr, warn=False, log=True,
-                                               log_v0=log_v[r] if it else None, check_inputs=it == 0)  # (A, T, L_b) one call
-            else: P, lg = sinkhorn_log(a[r], b, M, reg, num_iter_max=inner_iter, stop_thr=thr, check_every=check_every, warn=False, log=True,
-                                       log_u0=log_u[r] if it else None, log_v0=log_v[r] if it else None, omega=omega, check_inputs=it == 0)
+            if newton:
+                P, lg = semidual_newton(
+                    a[r],
+                    b,
+                    M,
+                    reg,
+                    num_iter_max=inner_iter,
+                    stop_thr=thr,
+                    warn=False,
+                    log=True,
+                    # (A, T, L_b) one call
+                    log_v0=log_v[r] if it else None,
+                    check_inputs=it == 0,
+                )
+            else:
+                P, lg = sinkhorn_log(
+                    a[r],
+                    b,
+                    M,
+                    reg,
+                    num_iter_max=inner_iter,
+                    stop_thr=thr,
+                    check_every=check_every,
+                    warn=False,
+                    log=True,
+                    log_u0=log_u[r] if it else None,
+                    log_v0=log_v[r] if it else None,
+                    omega=omega,
+                    check_inputs=it == 0,
+                )
             PM = P * M  # (A, T, L_b)
-            if full: plans, tok, node = P, PM.sum(-1), PM.sum(-2)
-            else: plans[r], tok[r], node[r] = P, PM.sum(-1), PM.sum(-2)  # (A, T, L_b), (A, T), (A, L_b)
+            if full:
+                plans, tok, node = P, PM.sum(-1), PM.sum(-2)
+            # (A, T, L_b), (A, T), (A, L_b)
+            else:
+                plans[r], tok[r], node[r] = P, PM.sum(-1), PM.sum(-2)
             log_u[r], log_v[r], merr[r] = lg['log_u'], lg['log_v'], lg['err']
-            n_sk += torch.zeros_like(n_sk).scatter_reduce_(0, gid[r].cpu(), lg['n_iter_item'].cpu(), 'amax')  # (G,) a group waits for its slowest rollout
-            Z_new, g = _feature_step(P, h, s, lam, gid, r, ends, G), live.nonzero().flatten()  # (G, L_b, d), (G_live,)
-            change = (Z_new[g] - Z[g]).abs().amax((-2, -1))  # (G_live,) residual |F(Z) - Z| of the fixed point
-            dist[g], past[g] = fixed_point_error(change, past[g]), torch.cat([past[g, 1:], change[:, None]], 1)  # (G_live,)
-            Z[g], last[g] = Z_new[g] if hist is None else anderson_next(hist, g, Z[g], Z_new[g], change, (dist[g] < tol) | (change < noise)), change
-            n_it[g.cpu()] += 1; errs.append(float(change.max()))
-            live[g[(dist[g] < tol) | (change < noise)]] = False  # converged groups (or at rounding level) are frozen: Z, plans, potentials
-        if final_sinkhorn is not None and rows.numel():  # one more solve against the final Z: exact plans of nbs/hara_math.ipynb §6
+            # (G,) a group waits for its slowest rollout
+            n_sk += torch.zeros_like(n_sk).scatter_reduce_(
+                0, gid[r].cpu(), lg['n_iter_item'].cpu(), 'amax'
+            )
+            # (G, L_b, d), (G_live,)
+            Z_new, g = _feature_step(P, h, s, lam, gid, r, ends, G), live.nonzero().flatten()
+            # (G_live,) residual |F(Z) - Z| of the fixed point
+            change = (Z_new[g] - Z[g]).abs().amax((-2, -1))
+            # (G_live,)
+            dist[g], past[g] = (
+                fixed_point_error(change, past[g]),
+                torch.cat([past[g, 1:], change[:, None]], 1),
+            )
+            Z[g], last[g] = (
+                Z_new[g]
+                if hist is None
+                else anderson_next(
+                    hist, g, Z[g], Z_new[g], change, (dist[g] < tol) | (change < noise)
+                ),
+                change,
+            )
+            n_it[g.cpu()] += 1
+            errs.append(float(change.max()))
+            # converged groups (or at rounding level) are frozen: Z, plans, potentials
+            live[g[(dist[g] < tol) | (change < noise)]] = False
+        # one more solve against the final Z: exact plans of nbs/hara_math.ipynb §6
+        if final_sinkhorn is not None and rows.numel():
             M = rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha)  # (R, T, L_b)
-            if newton: P, lg = semidual_newton(a[rows], b, M, reg, log=True, **{'warn': False, 'log_v0': log_v[rows], **final_sinkhorn})  # warm
-            else: P, lg = sinkhorn_log(a[rows], b, M, reg, log=True, **{'warn': False, 'omega': omega, 'check_every': check_every, **final_sinkhorn})
+            # warm
+            if newton:
+                P, lg = semidual_newton(
+                    a[rows],
+                    b,
+                    M,
+                    reg,
+                    log=True,
+                    **{'warn': False, 'log_v0': log_v[rows], **final_sinkhorn},
+                )
+            else:
+                P, lg = sinkhorn_log(
+                    a[rows],
+                    b,
+                    M,
+                    reg,
+                    log=True,
+                    **{'warn': False, 'omega': omega, 'check_every': check_every, **final_sinkhorn},
+                )
             PM = P * M  # (R, T, L_b)
             plans[rows], tok[rows], node[rows], merr[rows] = P, PM.sum(-1), PM.sum(-2), lg['err']
-        conv = (dist < tol) | (last < noise) | ~torch.zeros(G, dtype=torch.bool, device=h.device).index_fill_(0, gid[rows], True)  # (G,) empty groups count as converged
+        # (G,) empty groups count as converged
+        conv = (
+            (dist < tol)
+            | (last < noise)
+            | ~torch.zeros(G, dtype=torch.bool, device=h.device).index_fill_(0, gid[rows], True)
+        )
     if warn and not conv.all():
-        warnings.warn(f"linearized barycenter (group_barycenters): {int((~conv).sum())} of {G} groups not converged in {max_iter} iterations "
-                      f"(largest estimated distance to the fixed point {float(dist[~conv].max()):.2e} >= tol {tol:.1e})",
-                      ConvergenceWarning, stacklevel=2)
-    info = dict(plans=plans, token_cost=tok, node_cost=node, tau_bar=tau_bar, n_iter=int(n_it.max()) if G else 0, n_iter_group=n_it,
-                sinkhorn_iters=int(n_sk.max()) if G else 0, err=errs, converged=bool(conv.all()), converged_group=conv.cpu(),
-                marginal_err=merr, lam=lam)
+        warnings.warn(
+            f"linearized barycenter (group_barycenters): {int((~conv).sum())} of {G} groups not "
+            f"converged in {max_iter} iterations "
+            f"(largest estimated distance to the fixed point {float(dist[~conv].max()):.2e} >= "
+            f"tol {tol:.1e})",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    info = dict(
+        plans=plans,
+        token_cost=tok,
+        node_cost=node,
+        tau_bar=tau_bar,
+        n_iter=int(n_it.max()) if G else 0,
+        n_iter_group=n_it,
+        sinkhorn_iters=int(n_sk.max()) if G else 0,
+        err=errs,
+        converged=bool(conv.all()),
+        converged_group=conv.cpu(),
+        marginal_err=merr,
+        lam=lam,
+    )
     if final_sinkhorn is not None:
         info['final_sinkhorn_iters'] = lg['n_iter'] if rows.numel() else 0
-        info['final_unconverged'] = int((~lg['converged']).sum()) if rows.numel() else 0  # final plans that stopped at their cap
+        # final plans that stopped at their cap
+        info['final_unconverged'] = int((~lg['converged']).sum()) if rows.numel() else 0
         if warn and info['final_unconverged']:
-            warnings.warn(f"linearized barycenter (group_barycenters): {info['final_unconverged']} final plans "
-                          f"stopped at their cap (largest marginal error {float(lg['err'].max()):.1e})",
-                          ConvergenceWarning, stacklevel=2)
+            warnings.warn(
+                f"linearized barycenter (group_barycenters): {info['final_unconverged']} final "
+                "plans "
+                f"stopped at their cap (largest marginal error {float(lg['err'].max()):.1e})",
+                ConvergenceWarning,
+                stacklevel=2,
+            )
     return Z, info
 
 # %% ../../nbs/6_appendix/24_barycenters.ipynb #a6977d4c
-def linearized_barycenter(h:torch.Tensor,     # (..., K, T, d) hidden states of the rollouts of each group
-                          mask:torch.Tensor,  # (..., K, T) bool, True on real tokens; all-False row = absent rollout
-                          alpha:float=0.25,   # FGW trade-off (weight of the structure term)
-                          L_b:int=32,         # barycenter size
-                          reg:float=0.05,     # entropic regulariser $\varepsilon$
-                          max_iter:int=200,   # most barycenter iterations
-                          tol:float=1e-4,     # stop when the estimated distance to the fixed point is below tol (`fixed_point_error`)
-                          normalize:str='unit', # feature normalisation (`normalize_features`)
-                          weights:torch.Tensor|None=None, # (..., K) rollout weights (default uniform over present)
-                          stop_thr:float=1e-7, # smallest Sinkhorn marginal tolerance
-                          inner_rtol:float|None=None, # plan tolerance relative to the last change of Z (None: the solver's default)
-                          inner_iter:int|None=None, # most solver steps per barycenter iteration (None: the solver's default)
-                          omega:float|str=1.9, # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
-                          check_every:int=5,   # Sinkhorn checks its marginal error every this many iterations
-                          final_sinkhorn:dict|None=None, # keywords of `solver`'s function for one more solve against the final Z (exact plans)
-                          warn:bool=True,     # warn if not converged
-                          anderson:int=0,     # Anderson memory of the outer fixed point (0: plain iteration)
-                          solver:str='newton' # 'newton' (`semidual_newton`) or 'sinkhorn' (`sinkhorn_log`)
-                         ) -> tuple:          # Z (..., L_b, d) and info dict
-    "Linearized FGW barycenter (Lemma 3.1): free-support $W_2$ barycenter of lifted rollouts, $\\bar\\tau$ fixed on the chain; leading dims = groups."
+# (..., K, T, d) hidden states of the rollouts of each group
+def linearized_barycenter(
+    h: torch.Tensor,
+    # (..., K, T) bool, True on real tokens; all-False row = absent rollout
+    mask: torch.Tensor,
+    alpha: float = 0.25,  # FGW trade-off (weight of the structure term)
+    L_b: int = 32,  # barycenter size
+    reg: float = 0.05,  # entropic regulariser $\varepsilon$
+    max_iter: int = 200,  # most barycenter iterations
+    # stop when the estimated distance to the fixed point is below tol (`fixed_point_error`)
+    tol: float = 1e-4,
+    normalize: str = 'unit',  # feature normalisation (`normalize_features`)
+    # (..., K) rollout weights (default uniform over present)
+    weights: torch.Tensor | None = None,
+    stop_thr: float = 1e-7,  # smallest Sinkhorn marginal tolerance
+    # plan tolerance relative to the last change of Z (None: the solver's default)
+    inner_rtol: float | None = None,
+    # most solver steps per barycenter iteration (None: the solver's default)
+    inner_iter: int | None = None,
+    # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
+    omega: float | str = 1.9,
+    # Sinkhorn checks its marginal error every this many iterations
+    check_every: int = 5,
+    # keywords of `solver`'s function for one more solve against the final Z (exact plans)
+    final_sinkhorn: dict | None = None,
+    warn: bool = True,  # warn if not converged
+    # Anderson memory of the outer fixed point (0: plain iteration)
+    anderson: int = 0,
+    # 'newton' (`semidual_newton`) or 'sinkhorn' (`sinkhorn_log`)
+    solver: str = 'newton',
+) -> tuple:  # Z (..., L_b, d) and info dict
+    """Linearized FGW barycenter (Lemma 3.1): free-support $W_2$ barycenter of lifted rollouts,
+    $\\bar\\tau$ fixed on the chain; leading dims = groups."""
     lam = check_barycenter_inputs(h, mask, weights)  # (..., K)
     *batch, K, T, d = h.shape
     n = math.prod(batch)
     group = torch.arange(n, device=h.device).repeat_interleave(K)  # (n K,) rollout -> its group
-    Z, info = group_barycenters(h.reshape(-1, T, d), mask.reshape(-1, T), group, n, lam.reshape(-1), alpha, L_b, reg, max_iter, tol,
-                                normalize, stop_thr, inner_rtol, inner_iter, omega, check_every, final_sinkhorn, warn, anderson, solver)
-    for k, shape in (('plans', (K, T, L_b)), ('token_cost', (K, T)), ('node_cost', (K, L_b)), ('marginal_err', (K,)), ('lam', (K,)), ('n_iter_group', ()), ('converged_group', ())):
+    Z, info = group_barycenters(
+        h.reshape(-1, T, d),
+        mask.reshape(-1, T),
+        group,
+        n,
+        lam.reshape(-1),
+        alpha,
+        L_b,
+        reg,
+        max_iter,
+        tol,
+        normalize,
+        stop_thr,
+        inner_rtol,
+        inner_iter,
+        omega,
+        check_every,
+        final_sinkhorn,
+        warn,
+        anderson,
+        solver,
+    )
+    for k, shape in (
+        ('plans', (K, T, L_b)),
+        ('token_cost', (K, T)),
+        ('node_cost', (K, L_b)),
+        ('marginal_err', (K,)),
+        ('lam', (K,)),
+        ('n_iter_group', ()),
+        ('converged_group', ()),
+    ):
         info[k] = info[k].reshape(tuple(batch) + shape)  # back to the grouped layout (views)
     return Z.reshape(*batch, L_b, d), info

@@ -4,9 +4,10 @@
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #1cb72d90
 from __future__ import annotations
-import json, platform, time, warnings
-from dataclasses import dataclass, asdict, replace
-import numpy as np, torch, ot
+from dataclasses import dataclass
+import numpy as np
+import torch
+import ot
 from .sinkhorn import sinkhorn_log
 from .barycenters import linearized_barycenter
 from ..ot.complexity import bench_rollouts, pot_fgw_barycenter, timed, loglog_slope
@@ -18,102 +19,209 @@ __all__ = ['BENCH_OT_CHOICES', 'bench_sinkhorn', 'bench_barycenter', 'format_bar
            'bench_batch', 'bench_hara', 'BenchHaraConfig']
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #675494d4
-def bench_sinkhorn(K:int=16, L:int=1024, L_b:int=32, reg:float=0.05, stop_thr:float=1e-9, # problem sizes and tolerance
-                   seed:int=0, repeat:int=1) -> dict:  # times (s) and ratio
-    "Batched `sinkhorn_log` on K problems vs K calls of POT's `ot.sinkhorn(method='sinkhorn_log')`, same costs and tolerance."
+# problem sizes and tolerance
+def bench_sinkhorn(
+    K: int = 16,
+    L: int = 1024,
+    L_b: int = 32,
+    reg: float = 0.05,
+    stop_thr: float = 1e-9,
+    seed: int = 0,
+    repeat: int = 1,
+) -> dict:  # times (s) and ratio
+    """Batched `sinkhorn_log` on K problems vs K calls of POT's
+    `ot.sinkhorn(method='sinkhorn_log')`,
+    same costs and tolerance."""
     h, _ = bench_rollouts(K, L, 64, seed=seed)
-    z = torch.randn(K, L_b, 64, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64)
+    z = torch.randn(
+        K, L_b, 64, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64
+    )
     hn, zn = torch.nn.functional.normalize(h, dim=-1), torch.nn.functional.normalize(z, dim=-1)
     M = torch.cdist(hn, zn) ** 2  # (K, L, L_b) O(1) costs, as on unit-norm features
-    a, b = torch.full((K, L), 1 / L, dtype=torch.float64), torch.full((K, L_b), 1 / L_b, dtype=torch.float64)
-    t_ours, P = timed(lambda: sinkhorn_log(a, b, M, reg, stop_thr=stop_thr, num_iter_max=10000), repeat)
+    a, b = (
+        torch.full((K, L), 1 / L, dtype=torch.float64),
+        torch.full((K, L_b), 1 / L_b, dtype=torch.float64),
+    )
+    t_ours, P = timed(
+        lambda: sinkhorn_log(a, b, M, reg, stop_thr=stop_thr, num_iter_max=10000), repeat
+    )
     Mn, an, bn = M.numpy(), a[0].numpy(), b[0].numpy()
-    t_pot, Q = timed(lambda: [ot.sinkhorn(an, bn, Mn[k], reg, method='sinkhorn_log', stopThr=stop_thr, numItermax=10000) for k in range(K)], repeat)
-    return dict(K=K, L=L, L_b=L_b, t_ours=t_ours, t_pot=t_pot, ratio=t_pot / t_ours,
-                max_plan_diff=float(np.abs(P.numpy() - np.stack(Q)).max()))
+    t_pot, Q = timed(
+        lambda: [
+            ot.sinkhorn(
+                an, bn, Mn[k], reg, method='sinkhorn_log', stopThr=stop_thr, numItermax=10000
+            )
+            for k in range(K)
+        ],
+        repeat,
+    )
+    return dict(
+        K=K,
+        L=L,
+        L_b=L_b,
+        t_ours=t_ours,
+        t_pot=t_pot,
+        ratio=t_pot / t_ours,
+        max_plan_diff=float(np.abs(P.numpy() - np.stack(Q)).max()),
+    )
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #2d4daa43
-def bench_barycenter(L:int, K:int=8, L_b:int=32, d:int=64, reg:float=0.05, alpha:float=0.25, tol:float=1e-4,
-                     kind:str='gauss', dtype=torch.float64, repeat:int=1,
-                     pot_full:bool=True,      # run POT to `tol` (stop_criterion='loss'); else time `pot_probe` iterations
-                     pot_probe:int=2,         # outer iterations timed when not pot_full
-                     pot_iters:int|None=None  # outer iterations to extrapolate to when not pot_full
-                    ) -> dict:
-    "Linearized barycenter vs POT's exact `fgw_barycenters` (default call, and run to the same tol) at one length L."
+def bench_barycenter(
+    L: int,
+    K: int = 8,
+    L_b: int = 32,
+    d: int = 64,
+    reg: float = 0.05,
+    alpha: float = 0.25,
+    tol: float = 1e-4,
+    kind: str = 'gauss',
+    dtype=torch.float64,
+    repeat: int = 1,
+    # run POT to `tol` (stop_criterion='loss'); else time `pot_probe` iterations
+    pot_full: bool = True,
+    pot_probe: int = 2,  # outer iterations timed when not pot_full
+    pot_iters: int | None = None,  # outer iterations to extrapolate to when not pot_full
+) -> dict:
+    """Linearized barycenter vs POT's exact `fgw_barycenters` (default call, and run to the same
+    tol)
+    at one length L."""
     h, m = bench_rollouts(K, L, d, kind, dtype=dtype)
-    t_lin, (Z, info) = timed(lambda: linearized_barycenter(h, m, alpha=alpha, L_b=L_b, reg=reg, tol=tol, warn=False), repeat)
+    t_lin, (Z, info) = timed(
+        lambda: linearized_barycenter(h, m, alpha=alpha, L_b=L_b, reg=reg, tol=tol, warn=False),
+        repeat,
+    )
     t_pot1, _ = timed(lambda: pot_fgw_barycenter(h, m, L_b, alpha, tol))
-    r = dict(L=L, t_lin=t_lin, lin_iters=info['n_iter'], lin_sinkhorn_iters=info['sinkhorn_iters'], t_pot_default=t_pot1)
+    r = dict(
+        L=L,
+        t_lin=t_lin,
+        lin_iters=info['n_iter'],
+        lin_sinkhorn_iters=info['sinkhorn_iters'],
+        t_pot_default=t_pot1,
+    )
     if pot_full:
-        t_conv, (_, n) = timed(lambda: pot_fgw_barycenter(h, m, L_b, alpha, tol, stop_criterion='loss'))
+        t_conv, (_, n) = timed(
+            lambda: pot_fgw_barycenter(h, m, L_b, alpha, tol, stop_criterion='loss')
+        )
         r.update(t_pot_tol=t_conv, pot_iters=n, pot_extrapolated=False)
     else:
-        t_probe, (_, n) = timed(lambda: pot_fgw_barycenter(h, m, L_b, alpha, tol, max_iter=pot_probe, stop_criterion='loss'))
+        t_probe, (_, n) = timed(
+            lambda: pot_fgw_barycenter(
+                h, m, L_b, alpha, tol, max_iter=pot_probe, stop_criterion='loss'
+            )
+        )
         n_to = pot_iters or n
-        r.update(t_pot_tol=t_probe / n * n_to, pot_iters=n_to, pot_extrapolated=True, pot_probe_iters=n, pot_probe_time=t_probe)
+        r.update(
+            t_pot_tol=t_probe / n * n_to,
+            pot_iters=n_to,
+            pot_extrapolated=True,
+            pot_probe_iters=n,
+            pot_probe_time=t_probe,
+        )
     r.update(ratio_default=r['t_pot_default'] / t_lin, ratio_tol=r['t_pot_tol'] / t_lin)
     return r
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #f07a5440
-def format_barycenter_row(r:dict) -> str:
+def format_barycenter_row(r: dict) -> str:
     "One printed line per length: times and ratios, saying what was extrapolated."
-    pot = (f"POT run to tol {r['t_pot_tol']:.3g} s ({r['pot_iters']} outer its" +
-           (f"; extrapolated from {r['pot_probe_iters']} its in {r['pot_probe_time']:.3g} s)" if r['pot_extrapolated'] else ")"))
-    return (f"L={r['L']:<5d} linearized {r['t_lin']:.3g} s ({r['lin_iters']} its, {r['lin_sinkhorn_iters']} Sinkhorn its) | "
-            f"POT default call (1 outer it) {r['t_pot_default']:.3g} s -> ratio {r['ratio_default']:.1f}x | "
-            f"{pot} -> ratio {r['ratio_tol']:.1f}x")
+    pot = f"POT run to tol {r['t_pot_tol']:.3g} s ({r['pot_iters']} outer its" + (
+        f"; extrapolated from {r['pot_probe_iters']} its in {r['pot_probe_time']:.3g} s)"
+        if r['pot_extrapolated']
+        else ")"
+    )
+    return (
+        f"L={r['L']:<5d} linearized {r['t_lin']:.3g} s ({r['lin_iters']} its, "
+        f"{r['lin_sinkhorn_iters']} Sinkhorn its) | "
+        f"POT default call (1 outer it) {r['t_pot_default']:.3g} s -> ratio "
+        f"{r['ratio_default']:.1f}x | "
+        f"{pot} -> ratio {r['ratio_tol']:.1f}x"
+    )
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #f7c848c0
 @dataclass
 class BenchOtConfig:
     "What `hara-ref bench ot` measures; one flag per field."
-    L:tuple[int, ...] = (512, 4096) # rollout lengths
-    K:int = 8                     # rollouts per group
-    L_b:int = 32                  # barycenter size
-    d:int = 64                    # hidden size
-    reg:float = 0.05              # entropic regulariser
-    alpha:float = 0.25            # FGW trade-off
-    tol:float = 1e-4              # stopping tolerance, passed to both ours and POT
-    data:str = 'gauss'            # rollouts: 'gauss' or 'planted'
-    dtype:str = 'float64'         # 'float64' or 'float32'
-    pot_full_max_L:int = 512      # run POT to tol up to this L, extrapolate beyond
-    pot_probe:int = 2             # POT outer iterations timed when extrapolating
-    sk_K:int = 16                 # batched Sinkhorn: problems ...
-    sk_L:int = 1024               # ... of this length ...
-    sk_L_b:int = 32               # ... against this many barycenter points
-    repeat:int = 3                # runs of our code per measurement (fastest kept; POT runs once)
-    threads:int = 1               # torch threads (0: torch default); numpy/OpenBLAS follow OMP_NUM_THREADS
-    quick:bool = False            # small sizes (seconds): L=128 256, sinkhorn K=4 L=128
-    out:str|None = None           # also write the results to this JSON file
+
+    L: tuple[int, ...] = (512, 4096)  # rollout lengths
+    K: int = 8  # rollouts per group
+    L_b: int = 32  # barycenter size
+    d: int = 64  # hidden size
+    reg: float = 0.05  # entropic regulariser
+    alpha: float = 0.25  # FGW trade-off
+    tol: float = 1e-4  # stopping tolerance, passed to both ours and POT
+    data: str = 'gauss'  # rollouts: 'gauss' or 'planted'
+    dtype: str = 'float64'  # 'float64' or 'float32'
+    pot_full_max_L: int = 512  # run POT to tol up to this L, extrapolate beyond
+    pot_probe: int = 2  # POT outer iterations timed when extrapolating
+    sk_K: int = 16  # batched Sinkhorn: problems ...
+    sk_L: int = 1024  # ... of this length ...
+    sk_L_b: int = 32  # ... against this many barycenter points
+    repeat: int = 3  # runs of our code per measurement (fastest kept; POT runs once)
+    # torch threads (0: torch default); numpy/OpenBLAS follow OMP_NUM_THREADS
+    threads: int = 1
+    quick: bool = False  # small sizes (seconds): L=128 256, sinkhorn K=4 L=128
+    out: str | None = None  # also write the results to this JSON file
+
 
 BENCH_OT_CHOICES = dict(data=('gauss', 'planted'), dtype=('float64', 'float32'))
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #712255a4
-def bench_ot(cfg:BenchOtConfig|None=None, echo=print) -> dict:
+def bench_ot(cfg: BenchOtConfig | None = None, echo=print) -> dict:
     "Run the OT benchmarks of `cfg` in one process; `echo` each line as it is measured."
-    c = cfg or BenchOtConfig(); dtype = getattr(torch, c.dtype)
+    c = cfg or BenchOtConfig()
+    dtype = getattr(torch, c.dtype)
     rows, pot_iters = [], None
-    linearized_barycenter(*bench_rollouts(2, 16, 4, dtype=dtype), L_b=4, max_iter=2, warn=False)  # warm-up: first-call costs
+    # warm-up: first-call costs
+    linearized_barycenter(*bench_rollouts(2, 16, 4, dtype=dtype), L_b=4, max_iter=2, warn=False)
     for L in sorted(c.L):
-        r = bench_barycenter(L, c.K, c.L_b, c.d, c.reg, c.alpha, c.tol, c.data, dtype, c.repeat, pot_full=L <= c.pot_full_max_L,
-                             pot_probe=c.pot_probe, pot_iters=pot_iters)
-        if not r['pot_extrapolated']: pot_iters = r['pot_iters']
-        rows.append(r); echo(format_barycenter_row(r))
+        r = bench_barycenter(
+            L,
+            c.K,
+            c.L_b,
+            c.d,
+            c.reg,
+            c.alpha,
+            c.tol,
+            c.data,
+            dtype,
+            c.repeat,
+            pot_full=L <= c.pot_full_max_L,
+            pot_probe=c.pot_probe,
+            pot_iters=pot_iters,
+        )
+        if not r['pot_extrapolated']:
+            pot_iters = r['pot_iters']
+        rows.append(r)
+        echo(format_barycenter_row(r))
     if len(rows) > 1:
-        Ls_, sl = [r['L'] for r in rows], lambda k: loglog_slope([r['L'] for r in rows], [r[k] for r in rows])
-        echo(f"log-log slope over L={Ls_}: linearized {sl('t_lin'):.2f} | POT default call {sl('t_pot_default'):.2f} | POT run to tol {sl('t_pot_tol'):.2f}")
+        Ls_, sl = (
+            [r['L'] for r in rows],
+            lambda k: loglog_slope([r['L'] for r in rows], [r[k] for r in rows]),
+        )
+        echo(
+            f"log-log slope over L={Ls_}: linearized {sl('t_lin'):.2f} | POT default call "
+            f"{sl('t_pot_default'):.2f} | POT run to tol {sl('t_pot_tol'):.2f}"
+        )
     sk = bench_sinkhorn(c.sk_K, c.sk_L, c.sk_L_b, c.reg, repeat=c.repeat)
-    echo(f"sinkhorn K={sk['K']} L={sk['L']} L_b={sk['L_b']}: batched sinkhorn_log {sk['t_ours']:.3g} s | "
-         f"{sk['K']} x ot.sinkhorn(method='sinkhorn_log') {sk['t_pot']:.3g} s -> ratio {sk['ratio']:.1f}x "
-         f"(max plan difference {sk['max_plan_diff']:.1e})")
+    echo(
+        f"sinkhorn K={sk['K']} L={sk['L']} L_b={sk['L_b']}: batched sinkhorn_log "
+        f"{sk['t_ours']:.3g} s | "
+        f"{sk['K']} x ot.sinkhorn(method='sinkhorn_log') {sk['t_pot']:.3g} s -> ratio "
+        f"{sk['ratio']:.1f}x "
+        f"(max plan difference {sk['max_plan_diff']:.1e})"
+    )
     return dict(barycenter=rows, sinkhorn=sk)
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #20ca5ea2
 def bench_batch(
-    prompts:int=16, rollouts:int=16, L:int=1024, d:int=1024, # batch shape
-    seed:int=0, dtype=torch.float32,
+    prompts: int = 16,  # prompts in the batch
+    rollouts: int = 16,  # rollouts per prompt
+    L: int = 1024,  # response length
+    d: int = 1024,  # hidden size
+    seed: int = 0,
+    dtype=torch.float32,
 ) -> tuple:
-    "A timing batch: hidden (B, L, d) along 8 prompt-specific stage directions + noise, lengths in [L/2, L], mixed rewards."
+    """A timing batch: hidden (B, L, d) along 8 prompt-specific stage directions + noise, lengths in
+    [L/2, L], mixed rewards."""
     g = torch.Generator().manual_seed(seed)
     B = prompts * rollouts
     centers = torch.randn(prompts, 8, d, generator=g, dtype=dtype)  # (P, 8, d)
@@ -123,40 +231,79 @@ def bench_batch(
     lengths = torch.randint(L // 2, L + 1, (B,), generator=g)  # (B,)
     mask = torch.arange(L) < lengths[:, None]  # (B, L)
     rewards = (torch.rand(B, generator=g) < 0.5).to(dtype)  # (B,)
-    rewards.view(prompts, rollouts)[:, :2] = torch.tensor([0., 1.], dtype=dtype)  # every prompt has both outcomes
+    # every prompt has both outcomes
+    rewards.view(prompts, rollouts)[:, :2] = torch.tensor([0.0, 1.0], dtype=dtype)
     return hidden, mask, rewards, torch.arange(prompts).repeat_interleave(rollouts)
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #169eb21a
 def bench_hara(
-    prompts:int=16, rollouts:int=16, L:int=1024, d:int=1024, L_b:int=32, # problem size
-    repeats:int=1, dtype=torch.float32, granularity:str='tok', seed:int=0,
-    **hara_kw, # passed to `hara_advantages`
+    prompts: int = 16,  # prompts in the batch
+    rollouts: int = 16,  # rollouts per prompt
+    L: int = 1024,  # response length
+    d: int = 1024,  # hidden size
+    L_b: int = 32,  # barycenter size
+    repeats: int = 1,
+    dtype=torch.float32,
+    granularity: str = 'tok',
+    seed: int = 0,
+    **hara_kw,  # passed to `hara_advantages`
 ) -> dict:
-    "Time `hara_advantages` and its lower bound (one h Z^T per rollout) on a `bench_batch`; a dict of results."
+    """Time `hara_advantages` and its lower bound (one h Z^T per rollout) on a `bench_batch`; a dict
+    of results."""
     hidden, mask, rewards, gid = bench_batch(prompts, rollouts, L, d, seed, dtype)
-    Zr = torch.randn(hidden.shape[0], d, L_b, dtype=dtype, generator=torch.Generator().manual_seed(seed))  # (B, d, L_b)
-    t_mm, _ = timed(lambda: torch.bmm(hidden, Zr), max(5, repeats), stat='median')  # (B, L, L_b) cheap: more runs, a steadier bound
-    t_hara, (adv, rw) = timed(lambda: hara_advantages(hidden, mask, rewards, gid, granularity=granularity, L_b=L_b, **hara_kw), repeats, stat='median')
+    # (B, d, L_b)
+    Zr = torch.randn(
+        hidden.shape[0], d, L_b, dtype=dtype, generator=torch.Generator().manual_seed(seed)
+    )
+    # (B, L, L_b) cheap: more runs, a steadier bound
+    t_mm, _ = timed(lambda: torch.bmm(hidden, Zr), max(5, repeats), stat='median')
+    t_hara, (adv, rw) = timed(
+        lambda: hara_advantages(
+            hidden, mask, rewards, gid, granularity=granularity, L_b=L_b, **hara_kw
+        ),
+        repeats,
+        stat='median',
+    )
     nov = rw.novelty
     size = (nov.slots >= 0).sum(-1)  # (G',) rollouts of each computed group
-    products = float(1 + 2 * (nov.bary_iters_group * size).sum()) / hidden.shape[0] if nov.slots.numel() else 0.  # per rollout
-    return dict(B=hidden.shape[0], L=L, d=d, L_b=L_b, dtype=str(dtype).replace('torch.', ''), t_hara=t_hara, t_matmul=t_mm,
-                ratio=t_hara / t_mm, groups=int(nov.slots.shape[0]), K=int(nov.slots.shape[1]) if nov.slots.numel() else 0,
-                bary_iters=nov.bary_iters, sinkhorn_iters=nov.sinkhorn_iters, products=products, finite=bool(torch.isfinite(adv).all()))
+    # per rollout
+    products = (
+        float(1 + 2 * (nov.bary_iters_group * size).sum()) / hidden.shape[0]
+        if nov.slots.numel()
+        else 0.0
+    )
+    return dict(
+        B=hidden.shape[0],
+        L=L,
+        d=d,
+        L_b=L_b,
+        dtype=str(dtype).replace('torch.', ''),
+        t_hara=t_hara,
+        t_matmul=t_mm,
+        ratio=t_hara / t_mm,
+        groups=int(nov.slots.shape[0]),
+        K=int(nov.slots.shape[1]) if nov.slots.numel() else 0,
+        bary_iters=nov.bary_iters,
+        sinkhorn_iters=nov.sinkhorn_iters,
+        products=products,
+        finite=bool(torch.isfinite(adv).all()),
+    )
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #7e273b53
 @dataclass
 class BenchHaraConfig:
     "What `hara-ref bench hara` measures; one flag per field."
-    prompts:int = 16              # prompts in the batch ...
-    rollouts:int = 16             # ... times rollouts per prompt
-    length:int = 1024             # L, tokens per rollout
-    dim:int = 1024                # d, hidden size
-    L_b:int = 32                  # barycenter size
-    repeats:int = 1               # timed runs of hara_advantages (median)
-    granularity:str = 'tok'       # 'seq' or 'tok'
-    float64:bool = False          # time in float64 (default float32)
-    max_iter:int = BARY_DEFAULTS['max_iter']     # barycenter iterations (most)
-    inner_iter:int = BARY_DEFAULTS['inner_iter'] # Sinkhorn iterations per barycenter iteration (most)
-    threads:int = 0               # torch threads (0: leave as is)
-    quick:bool = False            # small sizes (2 x 8 rollouts, L=128, d=64) for a smoke test
+
+    prompts: int = 16  # prompts in the batch ...
+    rollouts: int = 16  # ... times rollouts per prompt
+    length: int = 1024  # L, tokens per rollout
+    dim: int = 1024  # d, hidden size
+    L_b: int = 32  # barycenter size
+    repeats: int = 1  # timed runs of hara_advantages (median)
+    granularity: str = 'tok'  # 'seq' or 'tok'
+    float64: bool = False  # time in float64 (default float32)
+    max_iter: int = BARY_DEFAULTS['max_iter']  # barycenter iterations (most)
+    # Sinkhorn iterations per barycenter iteration (most)
+    inner_iter: int = BARY_DEFAULTS['inner_iter']
+    threads: int = 0  # torch threads (0: leave as is)
+    quick: bool = False  # small sizes (2 x 8 rollouts, L=128, d=64) for a smoke test

@@ -6,7 +6,14 @@
 from __future__ import annotations
 import warnings
 import torch
-from ..ot.fgw import chain_graph, chain_positions, chain_structure, normalize_features, fgw, fgw_objective
+from hara_ref.ot.fgw import (
+    chain_graph,
+    chain_positions,
+    chain_structure,
+    normalize_features,
+    fgw,
+    fgw_objective,
+)
 from ..ot.fgw_barycenter import rollout_barycenter, monotone_coupling, sq_dists
 from ..ot.lfgw import chain_tau_bar
 from ..ot.entropic import ConvergenceWarning
@@ -16,71 +23,121 @@ from ..ot.lfgw import lifted_cost
 __all__ = ['EXACT_DEFAULTS', 'exact_group_barycenters', 'barycenter_objective']
 
 # %% ../../nbs/6_appendix/25_exact.ipynb #a8ecfbea
-EXACT_DEFAULTS = dict(max_iter=200, tol=1e-9, warn=False)  # `hara_novelty`'s settings for the exact path (ours); caps go to notes
+# `hara_novelty`'s settings for the exact path (ours); caps go to notes
+EXACT_DEFAULTS = dict(max_iter=200, tol=1e-9, warn=False)
 
 # %% ../../nbs/6_appendix/25_exact.ipynb #3ba19f8e
 def _group_solve(h, mask, rows, L_b, alpha, normalize, max_iter, tol):
-    "Exact barycenter of `rows`: Z (L_b, d), plans K x (L_i, L_b), iterations, converged, objective, FGW caps."
-    hg, mg = h[rows].masked_fill(~mask[rows].unsqueeze(-1), 0.), mask[rows]  # (K, T, d), (K, T): padding zeroed
-    Z, _, lg = rollout_barycenter(hg, mg, L_b, alpha, 'chain', normalize, max_iter=max_iter, tol=tol, warn=False)
+    """Exact barycenter of `rows`: Z (L_b, d), plans K x (L_i, L_b), iterations, converged,
+    objective,
+    FGW caps."""
+    # (K, T, d), (K, T): padding zeroed
+    hg, mg = h[rows].masked_fill(~mask[rows].unsqueeze(-1), 0.0), mask[rows]
+    Z, _, lg = rollout_barycenter(
+        hg, mg, L_b, alpha, 'chain', normalize, max_iter=max_iter, tol=tol, warn=False
+    )
     return Z, lg['plans'], lg['n_iter'], lg['converged'], lg['loss'][-1], lg['fgw_unconverged']
 
 # %% ../../nbs/6_appendix/25_exact.ipynb #fc46faf2
 def exact_group_barycenters(
-    h:torch.Tensor, # (N, T, d) hidden states of the rollouts, in any order
-    mask:torch.Tensor, # (N, T) bool, True on real tokens; an all-False row is an absent rollout
-    group:torch.Tensor, # (N,) long group of each rollout in [0, G), or -1 (not in any group)
-    n_groups:int|None=None, # G (default: group.max() + 1)
-    alpha:float=0.25, # FGW trade-off (weight of the structure term)
-    L_b:int=32, # barycenter size
-    normalize:str='unit', # feature normalisation (`normalize_features`)
-    max_iter:int=200, # most block-coordinate iterations per group
-    tol:float=1e-9, # a group stops when Z moves less than this (Frobenius)
-    warn:bool=True, # `ConvergenceWarning` (a RuntimeWarning): a group, or a last FGW plan, stopped at its cap
-) -> tuple: # Z (G, L_b, d) and info dict (token_cost (N, T), plans (N, T, L_b), ...)
-    "Exact FGW barycenter (chain structure fixed) of every group, one group at a time; `info` has the keys `hara_novelty` reads from `group_barycenters`."
+    h: torch.Tensor,  # (N, T, d) hidden states of the rollouts, in any order
+    mask: torch.Tensor,  # (N, T) bool, True on real tokens; an all-False row is an absent rollout
+    group: torch.Tensor,  # (N,) long group of each rollout in [0, G), or -1 (not in any group)
+    n_groups: int | None = None,  # G (default: group.max() + 1)
+    alpha: float = 0.25,  # FGW trade-off (weight of the structure term)
+    L_b: int = 32,  # barycenter size
+    normalize: str = 'unit',  # feature normalisation (`normalize_features`)
+    max_iter: int = 200,  # most block-coordinate iterations per group
+    tol: float = 1e-9,  # a group stops when Z moves less than this (Frobenius)
+    # `ConvergenceWarning` (a RuntimeWarning): a group, or a last FGW plan, stopped at its cap
+    warn: bool = True,
+) -> tuple:  # Z (G, L_b, d) and info dict (token_cost (N, T), plans (N, T, L_b), ...)
+    """Exact FGW barycenter (chain structure fixed) of every group, one group at a time; `info` has
+    the keys `hara_novelty` reads from `group_barycenters`."""
     N, T, d = h.shape
     G = (int(group.max()) + 1 if group.numel() else 0) if n_groups is None else n_groups
-    tau_bar, tau = chain_tau_bar(L_b, h.dtype, h.device), chain_positions(mask, h.dtype)  # (L_b,), (N, T)
-    Z, plans, tok = h.new_zeros(G, L_b, d), h.new_zeros(N, T, L_b), h.new_zeros(N, T)  # (G, L_b, d), (N, T, L_b), (N, T)
-    n_it, conv, loss = torch.zeros(G, dtype=torch.long), torch.ones(G, dtype=torch.bool), h.new_zeros(G)  # (G,)
+    # (L_b,), (N, T)
+    tau_bar, tau = chain_tau_bar(L_b, h.dtype, h.device), chain_positions(mask, h.dtype)
+    # (G, L_b, d), (N, T, L_b), (N, T)
+    Z, plans, tok = h.new_zeros(G, L_b, d), h.new_zeros(N, T, L_b), h.new_zeros(N, T)
+    # (G,)
+    n_it, conv, loss = (
+        torch.zeros(G, dtype=torch.long),
+        torch.ones(G, dtype=torch.bool),
+        h.new_zeros(G),
+    )
     n_fgw = 0  # FGW plans of the groups' last iterations that stopped at fgw's cap
     for g in range(G):
-        rows = ((group == g) & mask.any(-1)).nonzero().flatten()  # (K,) the group's present rollouts
-        if rows.numel() == 0: continue
-        Z[g], P, n_it[g], conv[g], loss[g], capped = _group_solve(h, mask, rows, L_b, alpha, normalize,
-                                                                  max_iter, tol)
+        # (K,) the group's present rollouts
+        rows = ((group == g) & mask.any(-1)).nonzero().flatten()
+        if rows.numel() == 0:
+            continue
+        Z[g], P, n_it[g], conv[g], loss[g], capped = _group_solve(
+            h, mask, rows, L_b, alpha, normalize, max_iter, tol
+        )
         n_fgw += capped
-        hn = normalize_features(h[rows].masked_fill(~mask[rows].unsqueeze(-1), 0.), normalize, mask[rows])  # (K, T, d)
+        # (K, T, d)
+        hn = normalize_features(
+            h[rows].masked_fill(~mask[rows].unsqueeze(-1), 0.0), normalize, mask[rows]
+        )
         for k, (i, plan) in enumerate(zip(rows.tolist(), P)):
             m = mask[i]  # (T,)
             plans[i, m] = plan  # (L_i, L_b)
-            tok[i, m] = (plan * lifted_cost(hn[k, m], tau[i, m], Z[g], tau_bar, alpha)).sum(-1)  # (L_i,) c_t = Σ_j T_tj Ĉ_tj
+            # (L_i,) c_t = Σ_j T_tj Ĉ_tj
+            tok[i, m] = (plan * lifted_cost(hn[k, m], tau[i, m], Z[g], tau_bar, alpha)).sum(-1)
     bad = int((~conv).sum())
     if warn and bad:
-        warnings.warn(f"exact_group_barycenters: {bad} of {G} groups stopped at max_iter={max_iter} with Z "
-                      f"still moving more than tol={tol:.0e}", ConvergenceWarning, stacklevel=2)
+        warnings.warn(
+            f"exact_group_barycenters: {bad} of {G} groups stopped at max_iter={max_iter} with Z "
+            f"still moving more than tol={tol:.0e}",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     if warn and n_fgw:
-        warnings.warn(f"exact_group_barycenters: {n_fgw} FGW plans of the last iterations stopped at fgw's "
-                      "max_iter", ConvergenceWarning, stacklevel=2)
-    return Z, dict(token_cost=tok, plans=plans, tau_bar=tau_bar, n_iter=int(n_it.max()) if G else 0, n_iter_group=n_it,
-                   sinkhorn_iters=0, converged=bad == 0, converged_group=conv, unconverged=bad, objective=loss,
-                   fgw_unconverged=n_fgw)
+        warnings.warn(
+            f"exact_group_barycenters: {n_fgw} FGW plans of the last iterations stopped at fgw's "
+            "max_iter",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    return Z, dict(
+        token_cost=tok,
+        plans=plans,
+        tau_bar=tau_bar,
+        n_iter=int(n_it.max()) if G else 0,
+        n_iter_group=n_it,
+        sinkhorn_iters=0,
+        converged=bad == 0,
+        converged_group=conv,
+        unconverged=bad,
+        objective=loss,
+        fgw_unconverged=n_fgw,
+    )
 
 # %% ../../nbs/6_appendix/25_exact.ipynb #f2d9cf6f
 def barycenter_objective(
-    h:torch.Tensor, # (K, T, d) hidden states of one group
-    mask:torch.Tensor, # (K, T) bool
-    Z:torch.Tensor, # (L_b, d) barycenter supports (normalised features)
-    alpha:float=0.25, # FGW trade-off
-    normalize:str='unit', # feature normalisation
-) -> torch.Tensor: # (K,) each rollout's FGW objective to (Z, chain)
-    "Exact FGW objective of each rollout to the chain barycenter (Z, C̄), plans by `fgw` from the monotone coupling; the mean is the barycenter objective."
-    g, L_b = chain_graph(h.masked_fill(~mask.unsqueeze(-1), 0.), mask, normalize), Z.shape[0]
-    b, Cb = torch.full((L_b,), 1 / L_b, dtype=Z.dtype), chain_structure(chain_tau_bar(L_b, Z.dtype))  # (L_b,), (L_b, L_b)
+    h: torch.Tensor,  # (K, T, d) hidden states of one group
+    mask: torch.Tensor,  # (K, T) bool
+    Z: torch.Tensor,  # (L_b, d) barycenter supports (normalised features)
+    alpha: float = 0.25,  # FGW trade-off
+    normalize: str = 'unit',  # feature normalisation
+) -> torch.Tensor:  # (K,) each rollout's FGW objective to (Z, chain)
+    """Exact FGW objective of each rollout to the chain barycenter (Z, C̄), plans by `fgw` from the
+    monotone coupling; the mean is the barycenter objective."""
+    g, L_b = chain_graph(h.masked_fill(~mask.unsqueeze(-1), 0.0), mask, normalize), Z.shape[0]
+    # (L_b,), (L_b, L_b)
+    b, Cb = torch.full((L_b,), 1 / L_b, dtype=Z.dtype), chain_structure(chain_tau_bar(L_b, Z.dtype))
     out = []
     for i, m in enumerate(mask):
         hi, Ci, p = g['h'][i][m], g['C'][i][m][:, m], g['p'][i][m]  # (L_i, d), (L_i, L_i), (L_i,)
         M = sq_dists(hi, Z)  # (L_i, L_b)
-        out.append(fgw_objective(fgw(M, Ci, Cb, p, b, alpha, G0=monotone_coupling(p, b), tol_rel=1e-9, tol_abs=0.), M, Ci, Cb, alpha))
+        out.append(
+            fgw_objective(
+                fgw(M, Ci, Cb, p, b, alpha, G0=monotone_coupling(p, b), tol_rel=1e-9, tol_abs=0.0),
+                M,
+                Ci,
+                Cb,
+                alpha,
+            )
+        )
     return torch.stack(out)  # (K,)

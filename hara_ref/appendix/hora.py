@@ -4,8 +4,10 @@
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #bcdd4c3a
 from __future__ import annotations
-import heapq, json, math, operator, struct, sys, time
-from dataclasses import replace
+import heapq
+import math
+import operator
+import struct
 from pathlib import Path
 import torch
 
@@ -13,45 +15,55 @@ import torch
 __all__ = ['HOOKS', 'lgamma_diff', 'log_miss', 'hit_utility', 'log_marginal_gain', 'allocate_greedy', 'allocate', 'hora_rollouts']
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #892259ca
-def _counts(x, name:str) -> torch.Tensor:
+def _counts(x, name: str) -> torch.Tensor:
     "A tensor of non-negative finite counts, in float64."
     t = torch.as_tensor(x, dtype=torch.float64)
-    if torch.isnan(t).any() or torch.isinf(t).any(): raise ValueError(f"{name} must be finite, got {x!r}")
-    if (t < 0).any(): raise ValueError(f"{name} must be >= 0, got {x!r}")
+    if torch.isnan(t).any() or torch.isinf(t).any():
+        raise ValueError(f"{name} must be finite, got {x!r}")
+    if (t < 0).any():
+        raise ValueError(f"{name} must be >= 0, got {x!r}")
     return t
 
+
 def lgamma_diff(
-    x:torch.Tensor, # (...) float64, >= 1
-    m:torch.Tensor, # (...) float64, >= 0
-) -> torch.Tensor: # (...) log Gamma(x + m) - log Gamma(x)
-    "Eq. (2): the difference of two log-Gamma values without the cancellation of two large `lgamma`s."
+    x: torch.Tensor,  # (...) float64, >= 1
+    m: torch.Tensor,  # (...) float64, >= 0
+) -> torch.Tensor:  # (...) log Gamma(x + m) - log Gamma(x)
+    """Eq. (2): the difference of two log-Gamma values without the cancellation of two large
+    `lgamma`s."""
     big = x >= 20
-    xs = torch.where(big, x, 20.)  # the branch not taken still gets a safe argument
-    c = lambda z: (1 / 12 - (1 / 360 - (1 / 1260 - 1 / (1680 * z * z)) / (z * z)) / (z * z)) / z  # Stirling corrections
+    xs = torch.where(big, x, 20.0)  # the branch not taken still gets a safe argument
+    # Stirling corrections
+    c = lambda z: (1 / 12 - (1 / 360 - (1 / 1260 - 1 / (1680 * z * z)) / (z * z)) / (z * z)) / z
     # (x - 1/2) \log(1 + m/x) + m(\log(x + m) - 1) + c(x + m) - c(x)
     stirling = (xs - 0.5) * torch.log1p(m / xs) + m * (torch.log(xs + m) - 1) + (c(xs + m) - c(xs))
     return torch.where(big, stirling, torch.lgamma(x + m) - torch.lgamma(x))
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #9b50bd93
 def log_miss(
-    s, f, # (...) successes and failures so far (broadcastable; ints or floats >= 0)
-    m, # (...) additional rollouts (>= 0)
-) -> torch.Tensor: # (...) log P(all m miss), float64, <= 0
-    "Eq. (1): log of the posterior probability that `m` more rollouts are all wrong, Beta(1+s, 1+f) posterior."
+    s,
+    f,  # (...) successes and failures so far (broadcastable; ints or floats >= 0)
+    m,  # (...) additional rollouts (>= 0)
+) -> torch.Tensor:  # (...) log P(all m miss), float64, <= 0
+    """Eq. (1): log of the posterior probability that `m` more rollouts are all wrong, Beta(1+s,
+    1+f)
+    posterior."""
     s, f, m = _counts(s, 'successes'), _counts(f, 'failures'), _counts(m, 'm')
     a, b = 1 + s, 1 + f
     # [\log\Gamma(b+m) - \log\Gamma(b)] - [\log\Gamma(a+b+m) - \log\Gamma(a+b)], shifting by m ...
     via_m = lgamma_diff(b, m) - lgamma_diff(a + b, m)
-    # ... or, the same number, [\log\Gamma(a+b) - \log\Gamma(b)] - [\log\Gamma(a+b+m) - \log\Gamma(b+m)], shifting by a
+    # ... or, the same number, [\log\Gamma(a+b) - \log\Gamma(b)] - [\log\Gamma(a+b+m) -
+    # \log\Gamma(b+m)], shifting by a
     via_a = lgamma_diff(b, a) - lgamma_diff(b + m, a)
-    return torch.where(a <= m, via_a, via_m).clamp(max=0.)  # the smaller shift cancels less
+    return torch.where(a <= m, via_a, via_m).clamp(max=0.0)  # the smaller shift cancels less
 
-def hit_utility(s, f, m) -> torch.Tensor: # (...) U in [0, 1], float64
+
+def hit_utility(s, f, m) -> torch.Tensor:  # (...) U in [0, 1], float64
     "Eq. (1): posterior probability that at least one of `m` more rollouts is correct."
     return -torch.expm1(log_miss(s, f, m))
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #c9e683e9
-def log_marginal_gain(s, f, m) -> torch.Tensor: # (...) log(U(m+1) - U(m)), float64
+def log_marginal_gain(s, f, m) -> torch.Tensor:  # (...) log(U(m+1) - U(m)), float64
     """Eq. (3): log of the hit utility one more rollout adds, after `m` extra ones.
     Strictly decreasing in `m`; the float64 values too while a + b + m <= 2**40 (scanned below)."""
     a, b, mm = 1 + _counts(s, 'successes'), 1 + _counts(f, 'failures'), _counts(m, 'm')
@@ -59,36 +71,45 @@ def log_marginal_gain(s, f, m) -> torch.Tensor: # (...) log(U(m+1) - U(m)), floa
     return log_miss(s, f, m) + torch.log(a) - torch.log(a + b + mm)
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #8e0b56a2
-def _int_arg(x, name:str) -> int:
+def _int_arg(x, name: str) -> int:
     "`x` as an int >= 0: TypeError for bools, floats (nan and inf too), None, other non-integers."
     if isinstance(x, bool) or (isinstance(x, torch.Tensor) and x.dtype == torch.bool):
         raise TypeError(f"{name} must be an integer, got the bool {x!r}")
-    try: v = operator.index(x)
+    try:
+        v = operator.index(x)
     except TypeError:
         raise TypeError(f"{name} must be an integer, got {x!r} ({type(x).__name__})") from None
-    if v < 0: raise ValueError(f"{name} must be >= 0, got {v}")
+    if v < 0:
+        raise ValueError(f"{name} must be >= 0, got {v}")
     return v
+
 
 def _allocation_args(successes, failures, budget, min_per_prompt) -> tuple:
     "The allocators' inputs, checked: s, f (N,) float64, M and m_min ints."
     s, f = _counts(successes, 'successes'), _counts(failures, 'failures')
     if s.ndim != 1 or s.shape != f.shape or len(s) == 0:
-        raise ValueError("successes and failures must be equal-length non-empty 1-D, "
-                         f"got {tuple(s.shape)} and {tuple(f.shape)}")
+        raise ValueError(
+            "successes and failures must be equal-length non-empty 1-D, "
+            f"got {tuple(s.shape)} and {tuple(f.shape)}"
+        )
     M, m_min = _int_arg(budget, 'budget'), _int_arg(min_per_prompt, 'min_per_prompt')
     if M < len(s) * m_min:
         raise ValueError(f"budget {M} < {len(s)} prompts x min_per_prompt {m_min}")
     top = (s + f).max().item()  # every gain compared has a + b + m <= top + 2 + M
     if top + 2 + M > 2**40:
-        raise ValueError("successes + failures + budget must be <= 2**40 - 2 (float64 keeps "
-                         f"consecutive gains ordered up to there), got {top:.0f} + budget {M}")
+        raise ValueError(
+            "successes + failures + budget must be <= 2**40 - 2 (float64 keeps "
+            f"consecutive gains ordered up to there), got {top:.0f} + budget {M}"
+        )
     return s, f, M, m_min
 
+
 def allocate_greedy(
-    successes, failures, # (N,) correct / wrong rollouts seen per prompt
-    budget:int, # M, rollouts to hand out in total
-    min_per_prompt:int=0, # m_min, every prompt gets at least this many
-) -> torch.Tensor: # (N,) int64 rollouts per prompt, summing to `budget`
+    successes,
+    failures,  # (N,) correct / wrong rollouts seen per prompt
+    budget: int,  # M, rollouts to hand out in total
+    min_per_prompt: int = 0,  # m_min, every prompt gets at least this many
+) -> torch.Tensor:  # (N,) int64 rollouts per prompt, summing to `budget`
     "Greedy hit-utility allocation: max sum_i U_i(m_i) (Eq. 1), sum_i m_i = M, m_i >= m_min."
     s, f, M, m_min = _allocation_args(successes, failures, budget, min_per_prompt)
     m = [m_min] * len(s)
@@ -96,27 +117,31 @@ def allocate_greedy(
     heap = [(-g, i) for i, g in enumerate(lg)]  # equal gains: the lower index first
     heapq.heapify(heap)
     for _ in range(M - len(s) * m_min):
-        _, i = heapq.heappop(heap); m[i] += 1
+        _, i = heapq.heappop(heap)
+        m[i] += 1
         heapq.heappush(heap, (-log_marginal_gain(s[i], f[i], m[i]).item(), i))
     return torch.tensor(m, dtype=torch.long)
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #d2e3c86a
-def _key(x:float) -> int:
+def _key(x: float) -> int:
     "An integer in the order of the float64 `x`: consecutive float64 numbers get consecutive keys."
     i = struct.unpack('<q', struct.pack('<d', x))[0]  # the bits as a signed integer
     return i if i >= 0 else -(i & 0x7FFF_FFFF_FFFF_FFFF)  # negative: minus the magnitude bits
 
-def _unkey(k:int) -> float:
+
+def _unkey(k: int) -> float:
     "The float64 whose `_key` is `k`."
     return struct.unpack('<d', struct.pack('<q', k if k >= 0 else -k - 2**63))[0]
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #8dba107c
 def _count_above(
-    s, f, # (N,) float64 counts
-    m0:int, # m_min: the lists start at m = m0
-    lam:torch.Tensor, # (K,) float64 thresholds
-    lo:torch.Tensor, hi:torch.Tensor, # (K, N) int64: each count is known to lie in [lo, hi]
-) -> torch.Tensor: # (K, N) int64 c_i(lam_j), at most hi
+    s,
+    f,  # (N,) float64 counts
+    m0: int,  # m_min: the lists start at m = m0
+    lam: torch.Tensor,  # (K,) float64 thresholds
+    lo: torch.Tensor,  # (K, N) int64: each count is known to lie in [lo, hi]
+    hi: torch.Tensor,  # (K, N) int64
+) -> torch.Tensor:  # (K, N) int64 c_i(lam_j), at most hi
     "How many of prompt i's log gains (from m0 on) exceed lam_j: bisection over k for all (j, i)."
     while (lo < hi).any():
         mid = (lo + hi) // 2  # (K, N)
@@ -127,15 +152,17 @@ def _count_above(
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #4091d8fd
 def allocate(
-    successes, failures, # (N,) correct / wrong rollouts seen per prompt
-    budget:int, # M, rollouts to hand out in total
-    min_per_prompt:int=0, # m_min, every prompt gets at least this many
-    thresholds:int=15, # K, thresholds counted per round of the search
-) -> torch.Tensor: # (N,) int64 rollouts per prompt: `allocate_greedy`'s, tie for tie
+    successes,
+    failures,  # (N,) correct / wrong rollouts seen per prompt
+    budget: int,  # M, rollouts to hand out in total
+    min_per_prompt: int = 0,  # m_min, every prompt gets at least this many
+    thresholds: int = 15,  # K, thresholds counted per round of the search
+) -> torch.Tensor:  # (N,) int64 rollouts per prompt: `allocate_greedy`'s, tie for tie
     "The greedy hit-utility allocation by a threshold on the log gains; time grows with N, log M."
     s, f, M, m0 = _allocation_args(successes, failures, budget, min_per_prompt)
     N, K, R = len(s), _int_arg(thresholds, 'thresholds'), M - len(s) * m0  # R above the minimum
-    if K < 1: raise ValueError(f"thresholds must be >= 1, got {K}")
+    if K < 1:
+        raise ValueError(f"thresholds must be >= 1, got {K}")
     c_hi, c_lo = torch.zeros(N, dtype=torch.long), torch.full((N,), R)  # (N,) above hi, above lo
     hi = _key(log_marginal_gain(s, f, m0).max().item())  # none above the largest: C(hi) = 0
     lo = _key(log_marginal_gain(s, f, m0 + max(R - 1, 0)).min().item()) - 1  # all R above lo
@@ -144,47 +171,80 @@ def allocate(
         lam = torch.tensor([_unkey(k) for k in ks], dtype=torch.float64)  # (K,) increasing
         c = _count_above(s, f, m0, lam, c_hi.expand(len(ks), N), c_lo.expand(len(ks), N))  # (K, N)
         j = int((c.sum(1) >= R).sum())  # C falls as lam grows: the first j keep C >= R
-        if j > 0: lo, c_lo = ks[j - 1], c[j - 1]
-        if j < len(ks): hi, c_hi = ks[j], c[j]
+        if j > 0:
+            lo, c_lo = ks[j - 1], c[j - 1]
+        if j < len(ks):
+            hi, c_hi = ks[j], c[j]
     w = c_lo - c_hi  # (N,) undecided gains of each prompt: k in [c_hi, c_lo)
     i = torch.repeat_interleave(torch.arange(N), w)  # (D,) their prompts, in index order ...
     k = c_hi[i] + torch.arange(len(i)) - (w.cumsum(0) - w)[i]  # (D,) ... and positions, increasing
     g = log_marginal_gain(s[i], f[i], (m0 + k).double())  # (D,)
-    top = torch.sort(g, descending=True, stable=True).indices[:R - int(c_hi.sum())]  # heap order
+    top = torch.sort(g, descending=True, stable=True).indices[: R - int(c_hi.sum())]  # heap order
     return m0 + c_hi + torch.bincount(i[top], minlength=N)  # (N,)
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #13319aba
-def _pad_right(x:torch.Tensor, T:int, value) -> torch.Tensor:
+def _pad_right(x: torch.Tensor, T: int, value) -> torch.Tensor:
     "Right-pad a (B, t) tensor to (B, T)."
-    return torch.cat([x, x.new_full((x.shape[0], T - x.shape[1]), value)], 1) if x.shape[1] < T else x
+    return (
+        torch.cat([x, x.new_full((x.shape[0], T - x.shape[1]), value)], 1) if x.shape[1] < T else x
+    )
 
-def _wave(model, tokenizer, items:list, counts:list, cfg, reward_fn, generator) -> tuple:
-    "Sample `counts[i]` rollouts of item i: prompt indices (B,), responses (B, T), mask (B, T), rewards (B,)."
+
+def _wave(model, tokenizer, items: list, counts: list, cfg, reward_fn, generator) -> tuple:
+    """Sample `counts[i]` rollouts of item i: prompt indices (B,), responses (B, T), mask (B, T),
+    rewards (B,)."""
     from hara_ref.train.policy import encode_prompts, sample, pad_id
     from hara_ref.train.rl import rewards_of
+
     idx = [i for i, c in enumerate(counts) for _ in range(int(c))]
-    pi, pm = encode_prompts(tokenizer, [items[i]['prompt'] for i in idx], cfg.max_prompt_len, model.device)  # (B, P)
-    ri, rm = sample(model, pi, pm, cfg.max_new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), cfg.temperature, generator)  # (B, T)
+    # (B, P)
+    pi, pm = encode_prompts(
+        tokenizer, [items[i]['prompt'] for i in idx], cfg.max_prompt_len, model.device
+    )
+    # (B, T)
+    ri, rm = sample(
+        model,
+        pi,
+        pm,
+        cfg.max_new_tokens,
+        tokenizer.eos_token_id,
+        pad_id(tokenizer),
+        cfg.temperature,
+        generator,
+    )
     r = rewards_of(tokenizer, ri, rm, [items[i]['answer'] for i in idx], reward_fn)[0]  # (B,)
     return torch.tensor(idx, dtype=torch.long), ri, rm, r
 
 # %% ../../nbs/6_appendix/26_hora.ipynb #ac1a2471
-def hora_rollouts(model, tokenizer, items:list, cfg, reward_fn, generator) -> tuple:
-    "First wave of n0 per prompt, then the rest of the N*G budget by `allocate`: (pi, pm (B, P), ri, rm (B, T), answers, group_ids (B,), info)."
+def hora_rollouts(model, tokenizer, items: list, cfg, reward_fn, generator) -> tuple:
+    """First wave of n0 per prompt, then the rest of the N*G budget by `allocate`: (pi, pm (B, P),
+    ri,
+    rm (B, T), answers, group_ids (B,), info)."""
     from hara_ref.train.policy import encode_prompts, pad_id
+
     N, G = len(items), cfg.group_size
     n0 = cfg.first_wave or max(2, G // 2)
-    if not 2 <= n0 <= G: raise ValueError(f"first_wave must be in [2, group_size={G}], got {n0}")
+    if not 2 <= n0 <= G:
+        raise ValueError(f"first_wave must be in [2, group_size={G}], got {n0}")
     model.eval()
-    i1, r1, m1, c1 = _wave(model, tokenizer, items, [n0] * N, cfg, reward_fn, generator)  # (N n0,), (N n0, T1)
+    # (N n0,), (N n0, T1)
+    i1, r1, m1, c1 = _wave(model, tokenizer, items, [n0] * N, cfg, reward_fn, generator)
     s = torch.zeros(N).index_add_(0, i1, c1.float().cpu())  # (N,) first-wave successes
     extra = allocate(s, n0 - s, N * (G - n0))  # (N,)
-    i2, r2, m2, c2 = _wave(model, tokenizer, items, extra.tolist(), cfg, reward_fn, generator) if extra.sum() else (i1[:0], r1[:0], m1[:0], c1[:0])
+    i2, r2, m2, c2 = (
+        _wave(model, tokenizer, items, extra.tolist(), cfg, reward_fn, generator)
+        if extra.sum()
+        else (i1[:0], r1[:0], m1[:0], c1[:0])
+    )
     T = max(r1.shape[1], r2.shape[1])
-    ri = torch.cat([_pad_right(r1, T, pad_id(tokenizer)), _pad_right(r2, T, pad_id(tokenizer))])  # (B, T)
+    # (B, T)
+    ri = torch.cat([_pad_right(r1, T, pad_id(tokenizer)), _pad_right(r2, T, pad_id(tokenizer))])
     rm = torch.cat([_pad_right(m1, T, False), _pad_right(m2, T, False)])  # (B, T)
     idx = torch.cat([i1, i2])  # (B,)
-    pi, pm = encode_prompts(tokenizer, [items[i]['prompt'] for i in idx.tolist()], cfg.max_prompt_len, model.device)  # (B, P)
+    # (B, P)
+    pi, pm = encode_prompts(
+        tokenizer, [items[i]['prompt'] for i in idx.tolist()], cfg.max_prompt_len, model.device
+    )
     info = dict(max_group=int(n0 + extra.max()), first_wave_acc=(s.sum() / (N * n0)).item())
     return pi, pm, ri, rm, [items[i]['answer'] for i in idx.tolist()], idx.to(model.device), info
 

@@ -4,8 +4,8 @@
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #b6ee0dcb
 from __future__ import annotations
-import math, time
-from dataclasses import replace
+import math
+import time
 import torch
 import torch.nn.functional as F
 
@@ -17,159 +17,294 @@ __all__ = ['HOOKS', 'hindsight_weights', 'history_baseline', 'update_history', '
 def _check_logits(causal_logits, hindsight_logits, mask) -> torch.Tensor:
     "Validate (B, T, V) logits and a (B, T) mask; returns the mask as bool."
     if causal_logits.shape != hindsight_logits.shape or causal_logits.ndim != 3:
-        raise ValueError(f"causal and hindsight logits must both be (B, T, V), got {tuple(causal_logits.shape)} and {tuple(hindsight_logits.shape)}")
-    if mask.shape != causal_logits.shape[:2]: raise ValueError(f"mask {tuple(mask.shape)} does not match logits (B, T) = {tuple(causal_logits.shape[:2])}")
+        raise ValueError(
+            f"causal and hindsight logits must both be (B, T, V), got {tuple(causal_logits.shape)} "
+            f"and {tuple(hindsight_logits.shape)}"
+        )
+    if mask.shape != causal_logits.shape[:2]:
+        raise ValueError(
+            f"mask {tuple(mask.shape)} does not match logits (B, T) = "
+            f"{tuple(causal_logits.shape[:2])}"
+        )
     m = mask.bool()
-    if not m.any(): raise ValueError("mask is empty: no response token to weight")
+    if not m.any():
+        raise ValueError("mask is empty: no response token to weight")
     for name, x in (('causal', causal_logits), ('hindsight', hindsight_logits)):
         bad = torch.isnan(x) | torch.isposinf(x)  # (B, T, V); -inf is a banned token and allowed
-        if (bad & m[..., None]).any(): raise ValueError(f"{name} logits contain NaN or +inf on response tokens")
-        if (torch.isneginf(x).all(-1) & m).any(): raise ValueError(f"{name} logits are all -inf at a response token")
+        if (bad & m[..., None]).any():
+            raise ValueError(f"{name} logits contain NaN or +inf on response tokens")
+        if (torch.isneginf(x).all(-1) & m).any():
+            raise ValueError(f"{name} logits are all -inf at a response token")
     return m
 
-def _kl_to(lp:torch.Tensor, lm:torch.Tensor) -> torch.Tensor:
+
+def _kl_to(lp: torch.Tensor, lm: torch.Tensor) -> torch.Tensor:
     "sum_v p_v (log p_v - log M_v), with 0 log 0 = 0: (B, T) from (B, T, V) log-probs."
-    return torch.where(lp > -math.inf, lp.exp() * (lp - lm), torch.zeros((), dtype=lp.dtype, device=lp.device)).sum(-1)
+    return torch.where(
+        lp > -math.inf, lp.exp() * (lp - lm), torch.zeros((), dtype=lp.dtype, device=lp.device)
+    ).sum(-1)
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #ae743670
 def hindsight_weights(
-    causal_logits:torch.Tensor, # (B, T, V) logits of each response token under its causal history
-    hindsight_logits:torch.Tensor, # (B, T, V) logits of the same tokens under the hindsight context
-    mask:torch.Tensor, # (B, T) response mask
-) -> torch.Tensor: # (B, T) w_t in [0, 1], 0 off the mask
-    "Eq. (1): normalised Jensen-Shannon divergence between the causal and the hindsight next-token distributions."
+    causal_logits: torch.Tensor,  # (B, T, V) logits of each response token under its causal history
+    hindsight_logits: torch.Tensor,  # (B, T, V) logits of the same tokens, hindsight context
+    mask: torch.Tensor,  # (B, T) response mask
+) -> torch.Tensor:  # (B, T) w_t in [0, 1], 0 off the mask
+    """Eq. (1): normalised Jensen-Shannon divergence between the causal and the hindsight next-token
+    distributions."""
     m = _check_logits(causal_logits, hindsight_logits, mask)
-    dt = causal_logits.dtype if causal_logits.dtype in (torch.float32, torch.float64) else torch.float32
+    dt = (
+        causal_logits.dtype
+        if causal_logits.dtype in (torch.float32, torch.float64)
+        else torch.float32
+    )
     keep = m[..., None]  # (B, T, 1) padding may hold anything: replace it before the softmax
-    lp = F.log_softmax(torch.where(keep, causal_logits.to(dt), 0.), -1)  # (B, T, V)
-    lq = F.log_softmax(torch.where(keep, hindsight_logits.to(dt), 0.), -1)  # (B, T, V)
+    lp = F.log_softmax(torch.where(keep, causal_logits.to(dt), 0.0), -1)  # (B, T, V)
+    lq = F.log_softmax(torch.where(keep, hindsight_logits.to(dt), 0.0), -1)  # (B, T, V)
     # \log M = \log\tfrac12(p + q)
-    lm = torch.logaddexp(lp, lq) - math.log(2.)  # (B, T, V)
+    lm = torch.logaddexp(lp, lq) - math.log(2.0)  # (B, T, V)
     jsd = 0.5 * _kl_to(lp, lm) + 0.5 * _kl_to(lq, lm)  # (B, T)
-    return torch.where(m, (jsd / math.log(2.)).clamp(0., 1.), torch.zeros((), dtype=dt, device=jsd.device))  # (B, T)
+    # (B, T)
+    return torch.where(
+        m, (jsd / math.log(2.0)).clamp(0.0, 1.0), torch.zeros((), dtype=dt, device=jsd.device)
+    )
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #a53e3424
 def history_baseline(
-    history:dict, # {'sum': {key: float}, 'n': {key: int}, 'total': float, 'count': int}; {} = nothing seen yet
-    keys:list, # (B,) prompt of each rollout
-    default:float=0.5, # b_0, before any reward has been seen
-) -> torch.Tensor: # (B,) float64 baselines
+    # {'sum': {key: float}, 'n': {key: int}, 'total': float, 'count': int}; {} = nothing seen yet
+    history: dict,
+    keys: list,  # (B,) prompt of each rollout
+    default: float = 0.5,  # b_0, before any reward has been seen
+) -> torch.Tensor:  # (B,) float64 baselines
     "Eq. (2): each prompt's mean past reward, else the global mean past reward, else `default`."
     g = history['total'] / history['count'] if history.get('count') else default
     s, n = history.get('sum', {}), history.get('n', {})
     return torch.tensor([s[k] / n[k] if n.get(k) else g for k in keys], dtype=torch.float64)
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #65a94e71
-def update_history(history:dict, keys:list, rewards) -> dict:
+def update_history(history: dict, keys: list, rewards) -> dict:
     "Add this step's rewards to the running sums (in place); returns `history`."
     r = torch.as_tensor(rewards, dtype=torch.float64).tolist()
-    if len(r) != len(keys): raise ValueError(f"{len(keys)} keys for {len(r)} rewards")
-    if any(math.isnan(x) or math.isinf(x) for x in r): raise ValueError("rewards must be finite")
+    if len(r) != len(keys):
+        raise ValueError(f"{len(keys)} keys for {len(r)} rewards")
+    if any(math.isnan(x) or math.isinf(x) for x in r):
+        raise ValueError("rewards must be finite")
     s, n = history.setdefault('sum', {}), history.setdefault('n', {})
-    for k, x in zip(keys, r): s[k] = s.get(k, 0.) + x; n[k] = n.get(k, 0) + 1
-    history['total'] = history.get('total', 0.) + sum(r); history['count'] = history.get('count', 0) + len(r)
+    for k, x in zip(keys, r):
+        s[k] = s.get(k, 0.0) + x
+        n[k] = n.get(k, 0) + 1
+    history['total'] = history.get('total', 0.0) + sum(r)
+    history['count'] = history.get('count', 0) + len(r)
     return history
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #1f4f2e4a
 def hindsight_credit(
-    rewards, # (B,) rewards r
-    baseline, # (B,) baselines b
-    weights:torch.Tensor, # (B, T) token weights w_t
-) -> torch.Tensor: # (B, T) token advantages (r - b) w_t
+    rewards,  # (B,) rewards r
+    baseline,  # (B,) baselines b
+    weights: torch.Tensor,  # (B, T) token weights w_t
+) -> torch.Tensor:  # (B, T) token advantages (r - b) w_t
     "Eq. (2): token credit of a single rollout."
     r, b = torch.as_tensor(rewards).to(weights.dtype), torch.as_tensor(baseline).to(weights.dtype)
     if r.shape != b.shape or r.ndim != 1 or weights.ndim != 2 or weights.shape[0] != r.shape[0]:
-        raise ValueError(f"need rewards (B,), baseline (B,) and weights (B, T), got {tuple(r.shape)}, {tuple(b.shape)}, {tuple(weights.shape)}")
+        raise ValueError(
+            f"need rewards (B,), baseline (B,) and weights (B, T), got {tuple(r.shape)}, "
+            f"{tuple(b.shape)}, {tuple(weights.shape)}"
+        )
     return (r - b)[:, None] * weights  # (B, T)
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #3dde6ac3
-def hindsight_context(prompt:str, response:str, reward:float) -> str:
-    "The text in front of the second reading of `response`: prompt, response, the verifier's verdict, prompt again."
+def hindsight_context(prompt: str, response: str, reward: float) -> str:
+    """The text in front of the second reading of `response`: prompt, response, the verifier's
+    verdict, prompt again."""
     return f"{prompt}{response}\nverifier: {'correct' if reward > 0.5 else 'wrong'}\n{prompt}"
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #572cb667
-def response_logits(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torch.Tensor: # (B, T, V) float32 or wider
-    "Logits that predict each response token, after left-padded prompts (B, P) and right-padded responses (B, T)."
-    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()  # (B, P+T)
+# (B, T, V) float32 or wider
+def response_logits(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torch.Tensor:
+    """Logits that predict each response token, after left-padded prompts (B, P) and right-padded
+    responses (B, T)."""
+    # (B, P+T)
+    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()
     pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P+T)
-    out = model(input_ids=ids, attention_mask=am, position_ids=pos, logits_to_keep=resp_ids.shape[1] + 1, use_cache=False)
+    out = model(
+        input_ids=ids,
+        attention_mask=am,
+        position_ids=pos,
+        logits_to_keep=resp_ids.shape[1] + 1,
+        use_cache=False,
+    )
     return out.logits[:, :-1].float()  # (B, T, V) column P-1+t predicts response token t
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #600385c2
 @torch.no_grad()
-def two_readings(model, tokenizer, prompt_ids, prompt_mask, # (B, P) the prompts, left-padded
-                 resp_ids, resp_mask, # (B, T) the sampled responses
-                 prompts:list, texts:list, rewards:list, # (B,) prompt strings, decoded responses, rewards
-                ) -> tuple: # causal logits (B, T, V), hindsight logits (B, T, V)
-    "Score the response tokens under their causal history and under the hindsight context, with the same weights."
+def two_readings(
+    model,
+    tokenizer,
+    prompt_ids,  # (B, P) the prompts, left-padded
+    prompt_mask,  # (B, P)
+    resp_ids,  # (B, T) the sampled responses
+    resp_mask,  # (B, T)
+    prompts: list,  # (B,) prompt strings
+    texts: list,  # (B,) decoded responses
+    rewards: list,  # (B,) rewards
+) -> tuple:  # causal logits (B, T, V), hindsight logits (B, T, V)
+    """Score the response tokens under their causal history and under the hindsight context, with
+    the
+    same weights."""
     from hara_ref.train.policy import encode_prompts
+
     causal = response_logits(model, prompt_ids, prompt_mask, resp_ids, resp_mask)  # (B, T, V)
     ctx = [hindsight_context(p, y, x) for p, y, x in zip(prompts, texts, rewards)]
     hi, hm = encode_prompts(tokenizer, ctx, None, prompt_ids.device)  # (B, P')
     return causal, response_logits(model, hi, hm, resp_ids, resp_mask)  # (B, T, V) each
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #367abe39
-def response_hidden(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torch.Tensor: # (B, T, d)
-    "Last-layer hidden states that predict each response token (what chapter 15_policy's chunked scorer reads)."
-    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()  # (B, P+T)
+# (B, T, d)
+def response_hidden(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torch.Tensor:
+    """Last-layer hidden states that predict each response token (what chapter 15_policy's chunked
+    scorer reads)."""
+    # (B, P+T)
+    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()
     pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P+T)
     out = model.get_decoder()(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False)
-    return out.last_hidden_state[:, -resp_ids.shape[1] - 1:-1]  # (B, T, d) column P-1+t predicts token t
+    # (B, T, d) column P-1+t predicts token t
+    return out.last_hidden_state[:, -resp_ids.shape[1] - 1 : -1]
+
 
 @torch.no_grad()
-def hindsight_weights_chunked(model, tokenizer, prompt_ids, prompt_mask, # (B, P) the prompts, left-padded
-                              resp_ids, resp_mask, # (B, T) the sampled responses
-                              prompts:list, texts:list, rewards:list, # (B,) prompts, decoded responses, rewards
-                              chunk_tokens:int=256, # rows of logits at a time: the largest is (chunk_tokens, V)
-                             ) -> torch.Tensor: # (B, T) w_t of Eq. (1)
-    "Eq. (1) from the two readings' hidden states, a chunk of tokens at a time: no (B, T, V) tensor."
+# (B, P) the prompts, left-padded
+def hindsight_weights_chunked(
+    model,
+    tokenizer,
+    prompt_ids,  # (B, P) the prompts, left-padded
+    prompt_mask,  # (B, P)
+    resp_ids,  # (B, T) the sampled responses
+    resp_mask,  # (B, T)
+    prompts: list,  # (B,) prompt strings
+    texts: list,  # (B,) decoded responses
+    rewards: list,  # (B,) rewards
+    # rows of logits at a time: the largest is (chunk_tokens, V)
+    chunk_tokens: int = 256,
+) -> torch.Tensor:  # (B, T) w_t of Eq. (1)
+    """Eq. (1) from the two readings' hidden states, a chunk of tokens at a time: no (B, T, V)
+    tensor."""
     from hara_ref.train.policy import encode_prompts
+
     ctx = [hindsight_context(p, y, x) for p, y, x in zip(prompts, texts, rewards)]
     hi, hm = encode_prompts(tokenizer, ctx, None, prompt_ids.device)  # (B, P')
     hc = response_hidden(model, prompt_ids, prompt_mask, resp_ids, resp_mask)  # (B, T, d) causal
     hh = response_hidden(model, hi, hm, resp_ids, resp_mask)  # (B, T, d) hindsight
     (B, T), head = resp_ids.shape, model.get_output_embeddings()
-    rows = zip(hc.reshape(B * T, -1).split(chunk_tokens), hh.reshape(B * T, -1).split(chunk_tokens),
-               resp_mask.reshape(-1).split(chunk_tokens))
-    if not resp_mask.any(): raise ValueError("mask is empty: no response token to weight")
+    rows = zip(
+        hc.reshape(B * T, -1).split(chunk_tokens),
+        hh.reshape(B * T, -1).split(chunk_tokens),
+        resp_mask.reshape(-1).split(chunk_tokens),
+    )
+    if not resp_mask.any():
+        raise ValueError("mask is empty: no response token to weight")
     # (n,) per chunk; a chunk of padding only weighs 0
-    w = [hindsight_weights(head(a).float()[:, None], head(b).float()[:, None], m[:, None])[:, 0] if m.any()
-         else torch.zeros(len(m), device=a.device, dtype=torch.float32) for a, b, m in rows]
+    w = [
+        hindsight_weights(head(a).float()[:, None], head(b).float()[:, None], m[:, None])[:, 0]
+        if m.any()
+        else torch.zeros(len(m), device=a.device, dtype=torch.float32)
+        for a, b, m in rows
+    ]
     return torch.cat(w).view(B, T)  # (B, T)
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #738390e7
 def _step_metrics(r, entropy, rm, w, A) -> dict:
-    "What a step logs: chapter 16_rl's keys, with zero credit (r = b) as the zero-std share, plus weight and credit statistics."
+    """What a step logs: chapter 16_rl's keys, with zero credit (r = b) as the zero-std share, plus
+    weight and credit statistics."""
     from hara_ref.rlvr.grpo import masked_mean
-    ww, zero = w[rm], (A.abs().sum(1) == 0)  # (tokens,), (B,)
-    return dict(reward=r.mean().item(), entropy=masked_mean(entropy, rm).item(), length=rm.sum(1).float().mean().item(),
-                zero_std_frac=zero.float().mean().item(), hit_frac=r.gt(0.5).float().mean().item(), w_mean=ww.mean().item(),
-                w_std=ww.std().item() if ww.numel() > 1 else 0., w_min=ww.min().item(), w_max=ww.max().item(), credit_abs=A[rm].abs().mean().item())
 
-def hp_rlvr_step(model, opt, tokenizer, items:list, cfg, reward_fn, generator, ref_model=None, memory:dict|None=None) -> dict:
-    "One HP-RLVR step: one rollout per prompt, hindsight weights (Eq. 1), historical-baseline credit (Eq. 2), PPO-clip update."
+    ww, zero = w[rm], (A.abs().sum(1) == 0)  # (tokens,), (B,)
+    return dict(
+        reward=r.mean().item(),
+        entropy=masked_mean(entropy, rm).item(),
+        length=rm.sum(1).float().mean().item(),
+        zero_std_frac=zero.float().mean().item(),
+        hit_frac=r.gt(0.5).float().mean().item(),
+        w_mean=ww.mean().item(),
+        w_std=ww.std().item() if ww.numel() > 1 else 0.0,
+        w_min=ww.min().item(),
+        w_max=ww.max().item(),
+        credit_abs=A[rm].abs().mean().item(),
+    )
+
+
+def hp_rlvr_step(
+    model,
+    opt,
+    tokenizer,
+    items: list,
+    cfg,
+    reward_fn,
+    generator,
+    ref_model=None,
+    memory: dict | None = None,
+) -> dict:
+    """One HP-RLVR step: one rollout per prompt, hindsight weights (Eq. 1), historical-baseline
+    credit
+    (Eq. 2), PPO-clip update."""
     from hara_ref.train.policy import encode_prompts, sample, pad_id, policy_forward
     from hara_ref.train.rl import rewards_of, ppo_update
+
     t, t0, dev = {}, time.perf_counter(), model.device
     prompts = [it['prompt'] for it in items]
     pi, pm = encode_prompts(tokenizer, prompts, cfg.max_prompt_len, dev)  # (B, P)
     model.eval()
-    ri, rm = sample(model, pi, pm, cfg.max_new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), cfg.temperature, generator)  # (B, T)
-    t['gen'] = time.perf_counter() - t0; t0 = time.perf_counter()
-    r, texts = rewards_of(tokenizer, ri, rm, [it['answer'] for it in items], reward_fn); r = r.to(dev)  # (B,)
-    t['reward'] = time.perf_counter() - t0; t0 = time.perf_counter()
+    # (B, T)
+    ri, rm = sample(
+        model,
+        pi,
+        pm,
+        cfg.max_new_tokens,
+        tokenizer.eos_token_id,
+        pad_id(tokenizer),
+        cfg.temperature,
+        generator,
+    )
+    t['gen'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # (B,)
+    r, texts = rewards_of(tokenizer, ri, rm, [it['answer'] for it in items], reward_fn)
+    r = r.to(dev)
+    t['reward'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     with torch.no_grad():
-        old_logp, entropy = policy_forward(model, pi, pm, ri, rm)[:2]  # (B, T) each, chunked (chapter 15_policy)
+        # (B, T) each, chunked (chapter 15_policy)
+        old_logp, entropy = policy_forward(model, pi, pm, ri, rm)[:2]
         ref_logp = policy_forward(ref_model, pi, pm, ri, rm)[0] if cfg.beta > 0 else None  # (B, T)
-    t['score'] = time.perf_counter() - t0; t0 = time.perf_counter()
+    t['score'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     history = memory.setdefault('hp_history', {}) if memory is not None else {}
-    w = hindsight_weights_chunked(model, tokenizer, pi, pm, ri, rm, prompts, texts, r.tolist())  # (B, T), chunked
+    # (B, T), chunked
+    w = hindsight_weights_chunked(model, tokenizer, pi, pm, ri, rm, prompts, texts, r.tolist())
     A = hindsight_credit(r, history_baseline(history, prompts).to(dev), w) * rm  # (B, T)
     update_history(history, prompts, r)
-    t['hara'] = time.perf_counter() - t0; t0 = time.perf_counter()
-    stats = ppo_update(model, opt, pi, pm, ri, rm, old_logp, A.float(), torch.ones_like(r, dtype=torch.bool), cfg, generator, ref_logp)
+    t['hara'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    stats = ppo_update(
+        model,
+        opt,
+        pi,
+        pm,
+        ri,
+        rm,
+        old_logp,
+        A.float(),
+        torch.ones_like(r, dtype=torch.bool),
+        cfg,
+        generator,
+        ref_logp,
+    )
     t['update'] = time.perf_counter() - t0
-    return {**_step_metrics(r, entropy, rm, w, A), **stats, **{f't_{k}': v for k, v in t.items()}, 't_step': sum(t.values())}
+    return {
+        **_step_metrics(r, entropy, rm, w, A),
+        **stats,
+        **{f't_{k}': v for k, v in t.items()},
+        't_step': sum(t.values()),
+    }
 
 # %% ../../nbs/6_appendix/27_hp_rlvr.ipynb #hphook01
 HOOKS = dict(step=hp_rlvr_step)  # what `rl_step` calls for method='hp-rlvr' (chapter 16_rl)

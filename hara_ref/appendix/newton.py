@@ -4,167 +4,280 @@
 
 # %% ../../nbs/6_appendix/23_newton.ipynb #8e08e221
 from __future__ import annotations
-import math, warnings
+import math
+import warnings
 import torch
-from ..ot.entropic import (
-    as_reg, check_ot_inputs, check_iterations, item_thresholds, solve_in_float32, check_warm_start,
-    broadcast_batch, stop_floor)
+from hara_ref.ot.entropic import (
+    as_reg,
+    check_ot_inputs,
+    check_iterations,
+    item_thresholds,
+    solve_in_float32,
+    check_warm_start,
+    broadcast_batch,
+    stop_floor,
+)
 from .sinkhorn import SinkhornConvergenceWarning, empty_result
 
 # %% auto #0
 __all__ = ['semidual_reference', 'semidual_point', 'sinkhorn_column_step', 'newton_direction', 'semidual_newton']
 
 # %% ../../nbs/6_appendix/23_newton.ipynb #da55cb44
-def semidual_reference(a:torch.Tensor, # (n,) source weights, all > 0, sum 1
-                       b:torch.Tensor, # (m,) target weights, all > 0, sum 1
-                       M:torch.Tensor, # (n, m) cost
-                       reg:float,      # entropic regulariser $\varepsilon$
-                       tol:float=1e-10, # stop when $\lVert b - c\rVert_2 <$ tol (`stop_floor`)
-                       max_iter:int=100, # most Newton steps
-                       warn:bool=True, # `SinkhornConvergenceWarning` when max_iter is reached first
-                       log:bool=False  # dict(n_iter, err, converged, stop_thr) in place of the steps
-                      ) -> tuple:     # plan (n, m), Newton steps taken (or the log dict)
-    "Entropic OT by Newton's method on the semi-dual (N1)-(N3) with Armijo backtracking: the reference, one problem."
-    a, b, M = check_ot_inputs(a, b, M, reg); check_iterations(max_iter, 1, 1., 'max_iter')
+def semidual_reference(
+    a: torch.Tensor,  # (n,) source weights, all > 0, sum 1
+    b: torch.Tensor,  # (m,) target weights, all > 0, sum 1
+    M: torch.Tensor,  # (n, m) cost
+    reg: float,  # entropic regulariser $\varepsilon$
+    tol: float = 1e-10,  # stop when $\lVert b - c\rVert_2 <$ tol (`stop_floor`)
+    max_iter: int = 100,  # most Newton steps
+    warn: bool = True,  # `SinkhornConvergenceWarning` when max_iter is reached first
+    # dict(n_iter, err, converged, stop_thr) in place of the steps
+    log: bool = False,
+) -> tuple:  # plan (n, m), Newton steps taken (or the log dict)
+    """Entropic OT by Newton's method on the semi-dual (N1)-(N3) with Armijo backtracking: the
+    reference, one problem."""
+    a, b, M = check_ot_inputs(a, b, M, reg)
+    check_iterations(max_iter, 1, 1.0, 'max_iter')
     thr = max(tol, float(stop_floor(M, b, reg)))  # what the dtype can resolve
     logK, ell, m = -M / reg, torch.zeros_like(b), len(b)  # (n, m), (m,)
+
     def point(ell):
         X = logK + ell  # (n, m)
         lse = torch.logsumexp(X, 1)  # (n,)
         return torch.exp(X - lse[:, None]), (b * ell).sum() - (a * lse).sum()  # S (n, m), J (N1)
+
     S, J = point(ell)
     for it in range(max_iter + 1):  # it: Newton steps taken so far
         T = a[:, None] * S  # (n, m)
         c = T.sum(0)  # (m,)
         err = float((b - c).norm())  # ||b - c||_2 = ||grad J||
-        if err < thr or it == max_iter: break
-        H = torch.diag(c + 1e-12 * c.max()) - T.T @ S + 1 / m ** 2  # (m, m)  (N2) + q q^T of (N3), + a 1e-12 ridge (H can be singular)
+        if err < thr or it == max_iter:
+            break
+        # (m, m)  (N2) + q q^T of (N3), + a 1e-12 ridge (H can be singular)
+        H = torch.diag(c + 1e-12 * c.max()) - T.T @ S + 1 / m**2
         d = torch.linalg.solve(H, b - c)  # (m,)  (N3)
-        t = min(1., 20 / float(d.abs().max()))  # no potential moves by more than 20 (H can be nearly singular)
+        # no potential moves by more than 20 (H can be nearly singular)
+        t = min(1.0, 20 / float(d.abs().max()))
         while True:  # Armijo backtracking
             S_new, J_new = point(ell + t * d)
-            if J_new >= J + 1e-4 * t * ((b - c) @ d) or t < 1e-12: break  # (the guard only matters at rounding level)
+            # (the guard only matters at rounding level)
+            if J_new >= J + 1e-4 * t * ((b - c) @ d) or t < 1e-12:
+                break
             t /= 2
         ell, S, J = ell + t * d, S_new, J_new
     if warn and err >= thr:
-        warnings.warn(f"semidual_reference: stopped at max_iter={max_iter} Newton steps with "
-                      f"marginal error {err:.2e} >= tol {thr:.1e}", SinkhornConvergenceWarning, stacklevel=2)
+        warnings.warn(
+            f"semidual_reference: stopped at max_iter={max_iter} Newton steps with "
+            f"marginal error {err:.2e} >= tol {thr:.1e}",
+            SinkhornConvergenceWarning,
+            stacklevel=2,
+        )
     lg = dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr)
     return a[:, None] * S, (lg if log else it)
 
 # %% ../../nbs/6_appendix/23_newton.ipynb #05246c4b
-def semidual_point(logK:torch.Tensor, # (P, n, m) $\log K = -M/\varepsilon$
-                   a:torch.Tensor,    # (P, n) row weights (0 = padding)
-                   b:torch.Tensor,    # (P, m) column weights (0 = padding, where log_v = -inf)
-                   log_v:torch.Tensor # (P, m) column log-scalings $\ell$
-                  ) -> tuple:         # T (P, n, m), log_u (P, n), c (P, m), J (P,), H (P, m, m)
-    "Plan with exact rows at $\\ell$, its row potentials, column mass, semi-dual (N1) and $H$ (N2), in one pass over the kernel."
+def semidual_point(
+    logK: torch.Tensor,  # (P, n, m) $\log K = -M/\varepsilon$
+    a: torch.Tensor,  # (P, n) row weights (0 = padding)
+    b: torch.Tensor,  # (P, m) column weights (0 = padding, where log_v = -inf)
+    log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
+) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), H (P, m, m)
+    """Plan with exact rows at $\\ell$, its row potentials, column mass, semi-dual (N1) and $H$
+    (N2),
+    in one pass over the kernel."""
     E = logK + log_v.unsqueeze(-2)  # (P, n, m)  log K + ell
     mx = E.amax(-1, keepdim=True)  # (P, n, 1)
     E = E.sub_(mx).exp_()  # (P, n, m) e^{log K + ell - max}, in place
     s = E.sum(-1, keepdim=True)  # (P, n, 1)
     T = E * (a.unsqueeze(-1) / s)  # (P, n, m)  a_i S_ij
-    lse = (mx + s.log()).squeeze(-1).masked_fill_(a == 0, 0.)  # (P, n) LSE_j; padding rows carry no term
+    # (P, n) LSE_j; padding rows carry no term
+    lse = (mx + s.log()).squeeze(-1).masked_fill_(a == 0, 0.0)
     c = T.sum(-2)  # (P, m)
-    J = (b * log_v.masked_fill(b == 0, 0.)).sum(-1) - (a * lse).sum(-1)  # (P,)  (N1)
-    H = torch.diag_embed(c) - (T.transpose(-1, -2) / s.transpose(-1, -2)) @ E  # (P, m, m)  diag(c) - T^T S  (N2)
+    J = (b * log_v.masked_fill(b == 0, 0.0)).sum(-1) - (a * lse).sum(-1)  # (P,)  (N1)
+    # (P, m, m)  diag(c) - T^T S  (N2)
+    H = torch.diag_embed(c) - (T.transpose(-1, -2) / s.transpose(-1, -2)) @ E
     return T, a.log() - lse, c, J, H
 
 # %% ../../nbs/6_appendix/23_newton.ipynb #f972a3aa
-def sinkhorn_column_step(c:torch.Tensor, # (P, m) column mass of the current plan
-                         b:torch.Tensor  # (P, m) column weights (0 = padding)
-                        ) -> torch.Tensor: # (P, m) $\log b - \log c$, 0 on padding columns
-    "Sinkhorn's exact column update as a step in $\\ell$: it maximises the dual with the rows fixed, so it never lowers $J$."
-    return (b.log() - c.log()).masked_fill(b == 0, 0.)
+def sinkhorn_column_step(
+    c: torch.Tensor,  # (P, m) column mass of the current plan
+    b: torch.Tensor,  # (P, m) column weights (0 = padding)
+) -> torch.Tensor:  # (P, m) $\log b - \log c$, 0 on padding columns
+    """Sinkhorn's exact column update as a step in $\\ell$: it maximises the dual with the rows
+    fixed,
+    so it never lowers $J$."""
+    return (b.log() - c.log()).masked_fill(b == 0, 0.0)
 
 # %% ../../nbs/6_appendix/23_newton.ipynb #31052471
-def newton_direction(H:torch.Tensor, # (P, m, m) $\operatorname{diag}(c) - T^\top S$
-                     c:torch.Tensor, # (P, m) column mass
-                     b:torch.Tensor  # (P, m) column weights (0 = padding)
-                    ) -> tuple:      # step d (P, m), gradient b - c (P, m)
-    "Newton step (N3) on the real columns, by Cholesky; Sinkhorn's update $\\log b - \\log c$ where the factorisation fails."
+def newton_direction(
+    H: torch.Tensor,  # (P, m, m) $\operatorname{diag}(c) - T^\top S$
+    c: torch.Tensor,  # (P, m) column mass
+    b: torch.Tensor,  # (P, m) column weights (0 = padding)
+) -> tuple:  # step d (P, m), gradient b - c (P, m)
+    """Newton step (N3) on the real columns, by Cholesky; Sinkhorn's update $\\log b - \\log c$
+    where
+    the factorisation fails."""
     real = b > 0  # (P, m)
     q = real.to(H.dtype) / real.sum(-1, keepdim=True)  # (P, m)  1/m on real columns
-    ridge = 1e-12 * c.amax(-1, keepdim=True) * real + (~real).to(H.dtype)  # (P, m) relative 1e-12 (H can be singular); identity on padding columns
+    # (P, m) relative 1e-12 (H can be singular); identity on padding columns
+    ridge = 1e-12 * c.amax(-1, keepdim=True) * real + (~real).to(H.dtype)
     H = H + q.unsqueeze(-1) * q.unsqueeze(-2) + torch.diag_embed(ridge)  # (P, m, m)
-    grad = (b - c).masked_fill(~real, 0.)  # (P, m)
+    grad = (b - c).masked_fill(~real, 0.0)  # (P, m)
     L, info = torch.linalg.cholesky_ex(H)
     d = torch.cholesky_solve(grad.unsqueeze(-1), L).squeeze(-1)  # (P, m)
     ok = ((info == 0) & torch.isfinite(d).all(-1)).unsqueeze(-1)  # (P, 1)
-    if bool(ok.all()): return d, grad
+    if bool(ok.all()):
+        return d, grad
     return torch.where(ok, d, sinkhorn_column_step(c, b)), grad
 
 # %% ../../nbs/6_appendix/23_newton.ipynb #4da47a7b
 def _line_search(logK, a, b, state, d, grad):
-    "One ascent step per problem: Newton at t = 1, 1/4, ..., 1/4^7 (Armijo), else Sinkhorn's column update; returns the new (log_v, T, log_u, c, J, H)."
+    """One ascent step per problem: Newton at t = 1, 1/4, ..., 1/4^7 (Armijo), else Sinkhorn's
+    column
+    update; returns the new (log_v, T, log_u, c, J, H)."""
     log_v, log_u, c, J = state[0], state[2], state[3], state[4]
-    t = (20. / d.abs().amax(-1).clamp_min(1e-300)).clamp(max=1.).unsqueeze(-1)  # (P, 1) no potential moves by more than 20
-    slope = (t * (grad * d).sum(-1, keepdim=True)).squeeze(-1)  # (P,) ascent predicted by the gradient at t
-    slack = 64 * torch.finfo(J.dtype).eps * (J.abs() + (a * log_u.abs()).nan_to_num(0., 0., 0.).sum(-1) + 1)  # (P,) rounding of J (padding: 0 * inf)
+    # (P, 1) no potential moves by more than 20
+    t = (20.0 / d.abs().amax(-1).clamp_min(1e-300)).clamp(max=1.0).unsqueeze(-1)
+    # (P,) ascent predicted by the gradient at t
+    slope = (t * (grad * d).sum(-1, keepdim=True)).squeeze(-1)
+    # (P,) rounding of J (padding: 0 * inf)
+    slack = (
+        64
+        * torch.finfo(J.dtype).eps
+        * (J.abs() + (a * log_u.abs()).nan_to_num(0.0, 0.0, 0.0).sum(-1) + 1)
+    )
     out, done = None, None
     for trial in range(9):
-        step = t * d if trial < 8 else sinkhorn_column_step(c, b)  # (P, m) Newton, shorter Newton steps, then Sinkhorn
+        # (P, m) Newton, shorter Newton steps, then Sinkhorn
+        step = t * d if trial < 8 else sinkhorn_column_step(c, b)
         cand = (log_v + step).masked_fill(b == 0, -math.inf)  # (P, m)
         new = (cand,) + semidual_point(logK, a, b, cand)
-        acc = new[4] >= J + 1e-4 * slope - slack if trial < 8 else torch.ones_like(J, dtype=torch.bool)  # (P,)
+        # (P,)
+        acc = (
+            new[4] >= J + 1e-4 * slope - slack
+            if trial < 8
+            else torch.ones_like(J, dtype=torch.bool)
+        )
         take = acc if done is None else acc & ~done
-        out = new if out is None else tuple(torch.where(take.reshape(-1, *[1] * (y.ndim - 1)), y, x) for x, y in zip(out, new))
+        out = (
+            new
+            if out is None
+            else tuple(
+                torch.where(take.reshape(-1, *[1] * (y.ndim - 1)), y, x) for x, y in zip(out, new)
+            )
+        )
         done = take if done is None else done | take
-        if bool(done.all()): break
+        if bool(done.all()):
+            break
         t, slope = t / 4, slope / 4
     return out
 
 # %% ../../nbs/6_appendix/23_newton.ipynb #e8e0a550
-def semidual_newton(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
-                    b:torch.Tensor,        # (..., m) target weights (sum 1; zeros = padding)
-                    M:torch.Tensor,        # (..., n, m) cost; leading dims broadcast with a, b
-                    reg:float,             # entropic regulariser $\varepsilon > 0$
-                    num_iter_max:int=100,  # most Newton steps
-                    stop_thr:float|torch.Tensor=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2$ < this; float or (...,) per problem (floored, `stop_floor`)
-                    warn:bool=True,        # warn (`SinkhornConvergenceWarning`) when some problem did not converge
-                    log:bool=False,        # also return chapter 05_sinkhorn's log dict: n_iter, err, log_u, log_v, converged, n_iter_item, stop_thr
-                    log_v0:torch.Tensor|None=None, # (..., m) optional warm start for $\ell = \log v$ (the semi-dual needs no $\log u$)
-                    check_inputs:bool=True # validate (and convert) a, b, M and the warm start
-                   ):                      # plan (..., n, m) in the dtype of M [, log dict]
-    "Batched entropic OT by Newton's method on the semi-dual: chapter 22_sinkhorn_batched's `sinkhorn_log` interface, for problems with a small side m."
-    reg = as_reg(reg); check_iterations(num_iter_max, 1, 1.)
-    if check_inputs: a, b, M = check_ot_inputs(a, b, M, reg)
-    else: batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2]); a, b, M = a.expand(*batch, -1), b.expand(*batch, -1), M.expand(*batch, -1, -1)
-    if M.numel() == 0: return empty_result(M, a.shape[-1], b.shape[-1], log)
-    out_dtype, log_dtype = M.dtype, (torch.float32 if M.dtype in (torch.float16, torch.bfloat16) else M.dtype)
-    if M.dtype in (torch.float16, torch.bfloat16): a, b, M = solve_in_float32(a, b, M)
+# (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
+def semidual_newton(
+    a: torch.Tensor,
+    b: torch.Tensor,  # (..., m) target weights (sum 1; zeros = padding)
+    M: torch.Tensor,  # (..., n, m) cost; leading dims broadcast with a, b
+    reg: float,  # entropic regulariser $\varepsilon > 0$
+    num_iter_max: int = 100,  # most Newton steps
+    # stop when $\lVert T^\top\mathbf 1 - b\rVert_2$ < this; float or (...,) per problem (floored,
+    # `stop_floor`)
+    stop_thr: float | torch.Tensor = 1e-9,
+    # warn (`SinkhornConvergenceWarning`) when some problem did not converge
+    warn: bool = True,
+    # also return chapter 05_sinkhorn's log dict: n_iter, err, log_u, log_v, converged, n_iter_item,
+    # stop_thr
+    log: bool = False,
+    # (..., m) optional warm start for $\ell = \log v$ (the semi-dual needs no $\log u$)
+    log_v0: torch.Tensor | None = None,
+    check_inputs: bool = True,  # validate (and convert) a, b, M and the warm start
+):  # plan (..., n, m) in the dtype of M [, log dict]
+    """Batched entropic OT by Newton's method on the semi-dual: chapter 22_sinkhorn_batched's
+    `sinkhorn_log` interface, for problems with a small side m."""
+    reg = as_reg(reg)
+    check_iterations(num_iter_max, 1, 1.0)
+    if check_inputs:
+        a, b, M = check_ot_inputs(a, b, M, reg)
+    else:
+        batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2])
+        a, b, M = a.expand(*batch, -1), b.expand(*batch, -1), M.expand(*batch, -1, -1)
+    if M.numel() == 0:
+        return empty_result(M, a.shape[-1], b.shape[-1], log)
+    out_dtype, log_dtype = (
+        M.dtype,
+        (torch.float32 if M.dtype in (torch.float16, torch.bfloat16) else M.dtype),
+    )
+    if M.dtype in (torch.float16, torch.bfloat16):
+        a, b, M = solve_in_float32(a, b, M)
     M_max = M.abs().amax((-2, -1))  # (...,)
-    if check_inputs and log_v0 is not None: log_v0 = check_warm_start(log_v0, b, 'log_v0', float(M_max.max()) / reg)
-    thr = item_thresholds(stop_thr, M, b, reg, M_max).double()  # (...,) the input dtype's stopping rule
+    if check_inputs and log_v0 is not None:
+        log_v0 = check_warm_start(log_v0, b, 'log_v0', float(M_max.max()) / reg)
+    # (...,) the input dtype's stopping rule
+    thr = item_thresholds(stop_thr, M, b, reg, M_max).double()
     shape, (n, m) = M.shape[:-2], M.shape[-2:]
-    a, b, thr = a.reshape(-1, n).double(), b.reshape(-1, m).double(), thr.reshape(-1)  # (P, n), (P, m), (P,)
+    # (P, n), (P, m), (P,)
+    a, b, thr = a.reshape(-1, n).double(), b.reshape(-1, m).double(), thr.reshape(-1)
     logK, present = M.reshape(-1, n, m).double() / (-reg), a.sum(-1) > 0  # (P, n, m), (P,)
-    if not present.all(): a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / n))  # absent items: stand-in rows, zero plan at the end
-    log_v = torch.zeros_like(b) if log_v0 is None else torch.as_tensor(log_v0).to(b).expand(*shape, m).reshape(-1, m)
+    # absent items: stand-in rows, zero plan at the end
+    if not present.all():
+        a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / n))
+    log_v = (
+        torch.zeros_like(b)
+        if log_v0 is None
+        else torch.as_tensor(log_v0).to(b).expand(*shape, m).reshape(-1, m)
+    )
     log_v = log_v.masked_fill(b == 0, -math.inf)  # (P, m) padding columns at -inf
     state = (log_v,) + semidual_point(logK, a, b, log_v)  # (log_v, T, log_u, c, J, H)
     err = (state[3] - b).norm(dim=-1)  # (P,)
     active, n_item = ~(err < thr), torch.zeros(len(b), dtype=torch.long, device=b.device)
     for it in range(num_iter_max):
-        if not active.any(): break
+        if not active.any():
+            break
         every = bool(active.all())
         idx = None if every else active.nonzero().flatten()
         sel = (lambda x: x) if every else (lambda x: x[idx])  # the active problems only
         sub = tuple(map(sel, state))
         d, grad = newton_direction(sub[5], sub[3], sel(b))
         new = _line_search(sel(logK), sel(a), sel(b), sub, d, grad)
-        if every: state = new
+        if every:
+            state = new
         else:
-            for full, x in zip(state, new): full[idx] = x
+            for full, x in zip(state, new):
+                full[idx] = x
         n_item += active.long()
         err = torch.where(active, (state[3] - b).norm(dim=-1), err)
         active = active & ~(err < thr)
-    log_v, plan, log_u = state[0], (state[1] if present.all() else state[1] * present[:, None, None]), state[2]  # absent items: zero plan
+    # absent items: zero plan
+    log_v, plan, log_u = (
+        state[0],
+        (state[1] if present.all() else state[1] * present[:, None, None]),
+        state[2],
+    )
     conv = err < thr
-    plan, log_u, log_v, err, n_item, conv, thr = (x.reshape(tuple(shape) + x.shape[1:]) for x in (plan, log_u, log_v, err, n_item, conv, thr))
-    plan, (log_u, log_v, err, thr) = plan.to(out_dtype), (x.to(log_dtype) for x in (log_u, log_v, err, thr))
+    plan, log_u, log_v, err, n_item, conv, thr = (
+        x.reshape(tuple(shape) + x.shape[1:]) for x in (plan, log_u, log_v, err, n_item, conv, thr)
+    )
+    plan, (log_u, log_v, err, thr) = (
+        plan.to(out_dtype),
+        (x.to(log_dtype) for x in (log_u, log_v, err, thr)),
+    )
     if warn and not conv.all():
-        warnings.warn(f"semidual_newton: {int((~conv).sum())} of {conv.numel()} problems did not converge in {num_iter_max} steps "
-                      f"(largest marginal error {float(err[~conv].max()):.2e}, stop_thr {float(thr[~conv].min()):.1e})", SinkhornConvergenceWarning, stacklevel=2)
-    if not log: return plan
-    return plan, dict(n_iter=int(n_item.max()), n_iter_item=n_item, err=err, converged=conv, log_u=log_u, log_v=log_v, stop_thr=thr)
+        warnings.warn(
+            f"semidual_newton: {int((~conv).sum())} of {conv.numel()} problems did not converge in "
+            f"{num_iter_max} steps "
+            f"(largest marginal error {float(err[~conv].max()):.2e}, stop_thr "
+            f"{float(thr[~conv].min()):.1e})",
+            SinkhornConvergenceWarning,
+            stacklevel=2,
+        )
+    if not log:
+        return plan
+    return plan, dict(
+        n_iter=int(n_item.max()),
+        n_iter_item=n_item,
+        err=err,
+        converged=conv,
+        log_u=log_u,
+        log_v=log_v,
+        stop_thr=thr,
+    )

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/6_appendix/29_report.ipynb #abc3972b
 from __future__ import annotations
-import json, math
+import json
+import math
 from pathlib import Path
 from ..train.policy import read_jsonl
 
@@ -14,203 +15,426 @@ __all__ = ['COLUMNS', 'SECONDARY_COLUMNS', 'WALL_COLUMNS', 'run_summary', 'mean_
            'at_time', 'wall_time_rows', 'plot_curves', 'plot_alpha', 'write_report']
 
 # %% ../../nbs/6_appendix/29_report.ipynb #9c0bd3e8
-def run_summary(rows:list) -> dict:
-    "The numbers of one run from its metric rows: final evaluation, entropy of the last 10 steps, time per step, curves."
+def run_summary(rows: list) -> dict:
+    """The numbers of one run from its metric rows: final evaluation, entropy of the last 10 steps,
+    time per step, curves."""
     ev, tr = [r for r in rows if r['kind'] == 'eval'], [r for r in rows if r['kind'] == 'train']
-    if not ev or not tr: raise ValueError("a run needs evaluation and training rows (is it complete?)")
-    cum, t = {}, 0.
-    for r in tr: t += r['t_step']; cum[r['step']] = t
+    if not ev or not tr:
+        raise ValueError("a run needs evaluation and training rows (is it complete?)")
+    cum, t = {}, 0.0
+    for r in tr:
+        t += r['t_step']
+        cum[r['step']] = t
     last, tail = ev[-1], tr[-10:]
-    return dict(pass1=last['pass1'], passk=last['passk'], passk_curve=last.get('passk_curve', [last['pass1']]),
-                strategies=last.get('strategies'), length=last['length'], entropy=sum(r['entropy'] for r in tail) / len(tail),
-                step_s=t / len(tr), hara_s=sum(r['t_hara'] for r in tr) / len(tr), train_s=t,
-                curve=dict(step=[r['step'] for r in ev], time=[cum.get(r['step'], 0.) for r in ev], pass1=[r['pass1'] for r in ev],
-                           passk=[r['passk'] for r in ev], length=[r['length'] for r in ev], strategies=[r.get('strategies') for r in ev],
-                           entropy=[r['entropy'] for r in tr], train_step=[r['step'] for r in tr]))
+    return dict(
+        pass1=last['pass1'],
+        passk=last['passk'],
+        passk_curve=last.get('passk_curve', [last['pass1']]),
+        strategies=last.get('strategies'),
+        length=last['length'],
+        entropy=sum(r['entropy'] for r in tail) / len(tail),
+        step_s=t / len(tr),
+        hara_s=sum(r['t_hara'] for r in tr) / len(tr),
+        train_s=t,
+        curve=dict(
+            step=[r['step'] for r in ev],
+            time=[cum.get(r['step'], 0.0) for r in ev],
+            pass1=[r['pass1'] for r in ev],
+            passk=[r['passk'] for r in ev],
+            length=[r['length'] for r in ev],
+            strategies=[r.get('strategies') for r in ev],
+            entropy=[r['entropy'] for r in tr],
+            train_step=[r['step'] for r in tr],
+        ),
+    )
 
 # %% ../../nbs/6_appendix/29_report.ipynb #5d076ba2
-def mean_se(v:list) -> tuple:
+def mean_se(v: list) -> tuple:
     "(mean, standard error, n) of a list of numbers (s.e. 0 when n = 1)."
-    n = len(v); m = sum(v) / n
-    return m, (math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1) / n) if n > 1 else 0.), n
+    n = len(v)
+    m = sum(v) / n
+    return m, (math.sqrt(sum((x - m) ** 2 for x in v) / (n - 1) / n) if n > 1 else 0.0), n
 
-def paired(cell:dict, base:dict, level:float=0.95) -> tuple:
+
+def paired(cell: dict, base: dict, level: float = 0.95) -> tuple:
     "(mean difference, low, high, n) of cell - base over the seeds both have; {seed: value} each."
     from scipy.stats import t as student
+
     seeds = sorted(set(cell) & set(base))
-    if not seeds: raise ValueError("no seed in common: the comparison is not paired")
-    d = [cell[s] - base[s] for s in seeds]; m, se, n = mean_se(d)
+    if not seeds:
+        raise ValueError("no seed in common: the comparison is not paired")
+    d = [cell[s] - base[s] for s in seeds]
+    m, se, n = mean_se(d)
     h = student.ppf(0.5 + level / 2, n - 1) * se if n > 1 else math.inf
     return m, m - h, m + h, n
 
-def verdict(lo:float, hi:float) -> str:
+
+def verdict(lo: float, hi: float) -> str:
     "The decision rule on one metric's interval."
     return 'better' if lo > 0 else 'worse' if hi < 0 else 'no detectable difference'
 
 # %% ../../nbs/6_appendix/29_report.ipynb #51d7d0be
 def collect(out) -> dict:
-    "{'cells': [...], 'runs': {cell key: {seed: run_summary}}, 'incomplete': [run folders], 'start_eval', 'config', 'wall_s'} of the study in `out`; only complete runs are summarized."
-    out = Path(out); meta = json.loads((out / 'study.json').read_text())
+    """{'cells': [...], 'runs': {cell key: {seed: run_summary}}, 'incomplete': [run folders],
+    'start_eval', 'config', 'wall_s'} of the study in `out`; only complete runs are summarized."""
+    out = Path(out)
+    meta = json.loads((out / 'study.json').read_text())
     runs, incomplete, steps = {}, [], meta['config']['steps']
     for key, dirs in meta['runs'].items():
         for d in dirs:
             rows = read_jsonl(Path(d) / 'metrics.jsonl')
-            if any(r['kind'] == 'eval' and r['step'] == steps for r in rows): runs.setdefault(key, {})[int(Path(d).name.rsplit('-s', 1)[1])] = run_summary(rows)
-            else: incomplete.append(d)
-    return dict(cells=meta['cells'], runs=runs, incomplete=incomplete, start_eval=meta['start_eval'], config=meta['config'], wall_s=meta['wall_s'], train=meta['train'])
+            if any(r['kind'] == 'eval' and r['step'] == steps for r in rows):
+                runs.setdefault(key, {})[int(Path(d).name.rsplit('-s', 1)[1])] = run_summary(rows)
+            else:
+                incomplete.append(d)
+    return dict(
+        cells=meta['cells'],
+        runs=runs,
+        incomplete=incomplete,
+        start_eval=meta['start_eval'],
+        config=meta['config'],
+        wall_s=meta['wall_s'],
+        train=meta['train'],
+    )
 
-def per_seed(res:dict, key:str, metric:str, k:int|None=None) -> dict:
+
+def per_seed(res: dict, key: str, metric: str, k: int | None = None) -> dict:
     "{seed: value} of one metric of a cell (`k`: pass@k from the curve)."
-    return {s: (r['passk_curve'][k - 1] if k else r[metric]) for s, r in res['runs'].get(key, {}).items()}
+    return {
+        s: (r['passk_curve'][k - 1] if k else r[metric])
+        for s, r in res['runs'].get(key, {}).items()
+    }
 
 # %% ../../nbs/6_appendix/29_report.ipynb #39009e4e
-def cell_verdict(verdicts:list) -> str:
+def cell_verdict(verdicts: list) -> str:
     "Both primary metrics' verdicts combined: helps / hurts / mixed / no detectable difference."
     b, w = 'better' in verdicts, 'worse' in verdicts
     return 'mixed' if b and w else 'helps' if b else 'hurts' if w else 'no detectable difference'
 
+
 def _ms(res, key, metric, k=None, d=3) -> str:
     v = list(per_seed(res, key, metric, k).values())
-    if not v or v[0] is None: return '–'
-    m, se, _ = mean_se(v); return f"{m:.{d}f} ± {se:.{d}f}"
+    if not v or v[0] is None:
+        return '–'
+    m, se, _ = mean_se(v)
+    return f"{m:.{d}f} ± {se:.{d}f}"
 
-def cell_row(res:dict, cell:dict) -> dict:
-    "Markdown cells of one row: n, means ± s.e., paired differences to the base with 95% intervals, verdict."
+
+def cell_row(res: dict, cell: dict) -> dict:
+    """Markdown cells of one row: n, means ± s.e., paired differences to the base with 95%
+    intervals,
+    verdict."""
     key, K = cell['key'], res['config']['eval_samples']
-    row = dict(cell=cell['name'], n=str(len(res['runs'].get(key, {}))), pass1=_ms(res, key, 'pass1'), passK=_ms(res, key, 'passk', K),
-               entropy=_ms(res, key, 'entropy'), strategies=_ms(res, key, 'strategies', d=2), length=_ms(res, key, 'length', d=1),
-               step_s=_ms(res, key, 'step_s', d=2), hara_s=_ms(res, key, 'hara_s', d=2), d_pass1='', d_passK='', verdict='(base)')
+    row = dict(
+        cell=cell['name'],
+        n=str(len(res['runs'].get(key, {}))),
+        pass1=_ms(res, key, 'pass1'),
+        passK=_ms(res, key, 'passk', K),
+        entropy=_ms(res, key, 'entropy'),
+        strategies=_ms(res, key, 'strategies', d=2),
+        length=_ms(res, key, 'length', d=1),
+        step_s=_ms(res, key, 'step_s', d=2),
+        hara_s=_ms(res, key, 'hara_s', d=2),
+        d_pass1='',
+        d_passK='',
+        verdict='(base)',
+    )
     if cell['base']:
         base, vs = f"{cell['task']}/{cell['base']}", []
         for col, metric, k in (('d_pass1', 'pass1', None), ('d_passK', 'passk', K)):
             m, lo, hi, n = paired(per_seed(res, key, metric, k), per_seed(res, base, metric, k))
-            row[col] = f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]"; vs.append(verdict(lo, hi))
+            row[col] = f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+            vs.append(verdict(lo, hi))
         row['verdict'] = f"{cell_verdict(vs)} (vs {cell['base']})"
     return row
 
-COLUMNS = (('cell', 'cell'), ('n', 'n'), ('pass1', 'pass@1'), ('passK', 'pass@K'), ('d_pass1', 'Δ pass@1 [95% CI]'),
-           ('d_passK', 'Δ pass@K [95% CI]'), ('verdict', 'verdict'), ('entropy', 'entropy'), ('strategies', 'strategies'),
-           ('length', 'length'), ('step_s', 's/step'), ('hara_s', 'credit s/step'))
 
-def secondary_row(res:dict, cell:dict) -> dict:
-    "Paired differences to the base of the metrics that do not decide: entropy, distinct strategies, length, s/step."
+COLUMNS = (
+    ('cell', 'cell'),
+    ('n', 'n'),
+    ('pass1', 'pass@1'),
+    ('passK', 'pass@K'),
+    ('d_pass1', 'Δ pass@1 [95% CI]'),
+    ('d_passK', 'Δ pass@K [95% CI]'),
+    ('verdict', 'verdict'),
+    ('entropy', 'entropy'),
+    ('strategies', 'strategies'),
+    ('length', 'length'),
+    ('step_s', 's/step'),
+    ('hara_s', 'credit s/step'),
+)
+
+
+def secondary_row(res: dict, cell: dict) -> dict:
+    """Paired differences to the base of the metrics that do not decide: entropy, distinct
+    strategies,
+    length, s/step."""
     row = dict(cell=cell['name'], base=cell['base'] or '(base)')
     for m, d in (('entropy', 3), ('strategies', 2), ('length', 1), ('step_s', 2)):
-        a, b = per_seed(res, cell['key'], m), per_seed(res, f"{cell['task']}/{cell['base']}", m) if cell['base'] else {}
-        if not cell['base'] or None in a.values(): row[m] = ''; continue
-        x, lo, hi, _ = paired(a, b); row[m] = f"{x:+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}]"
+        a, b = (
+            per_seed(res, cell['key'], m),
+            per_seed(res, f"{cell['task']}/{cell['base']}", m) if cell['base'] else {},
+        )
+        if not cell['base'] or None in a.values():
+            row[m] = ''
+            continue
+        x, lo, hi, _ = paired(a, b)
+        row[m] = f"{x:+.{d}f} [{lo:+.{d}f}, {hi:+.{d}f}]"
     return row
 
-SECONDARY_COLUMNS = (('cell', 'cell'), ('base', 'vs'), ('entropy', 'Δ entropy'), ('strategies', 'Δ strategies'), ('length', 'Δ length'), ('step_s', 'Δ s/step'))
 
-def every_run_rows(res:dict, K:int) -> list:
+SECONDARY_COLUMNS = (
+    ('cell', 'cell'),
+    ('base', 'vs'),
+    ('entropy', 'Δ entropy'),
+    ('strategies', 'Δ strategies'),
+    ('length', 'Δ length'),
+    ('step_s', 'Δ s/step'),
+)
+
+
+def every_run_rows(res: dict, K: int) -> list:
     "One row per cell: final pass@1 and pass@K of every seed (every run reported)."
-    return [dict(cell=c['key'], runs='; '.join(f"s{s}: {r['pass1']:.3f} / {r['passk']:.3f}" for s, r in sorted(res['runs'][c['key']].items(), key=lambda x: int(x[0]))))
-            for c in res['cells'] if c['key'] in res['runs']]
+    return [
+        dict(
+            cell=c['key'],
+            runs='; '.join(
+                f"s{s}: {r['pass1']:.3f} / {r['passk']:.3f}"
+                for s, r in sorted(res['runs'][c['key']].items(), key=lambda x: int(x[0]))
+            ),
+        )
+        for c in res['cells']
+        if c['key'] in res['runs']
+    ]
 
-def markdown_table(rows:list, columns=COLUMNS, K:int=16) -> str:
+
+def markdown_table(rows: list, columns=COLUMNS, K: int = 16) -> str:
     "A markdown table of `cell_row` dicts."
     head = [h.replace('@K', f'@{K}') for _, h in columns]
     lines = ['| ' + ' | '.join(head) + ' |', '|' + '---|' * len(head)]
     return '\n'.join(lines + ['| ' + ' | '.join(r[c] for c, _ in columns) + ' |' for r in rows])
 
-def study_tables(res:dict) -> str:
+
+def study_tables(res: dict) -> str:
     "Tables 1-4 and Figure 7's numbers as markdown, from `collect`'s dictionary."
-    K, cells, out = res['config']['eval_samples'], [c for c in res['cells'] if c['key'] in res['runs']], []
-    for title, tab in (('Table 1', 'T1'), ('Table 2 (novelty metric)', 'T2'), ('Table 3 (base methods)', 'T3'), ('Table 4 (barycenters)', 'T4'), ('Figure 7 (alpha)', 'F7')):
+    K, cells, out = (
+        res['config']['eval_samples'],
+        [c for c in res['cells'] if c['key'] in res['runs']],
+        [],
+    )
+    for title, tab in (
+        ('Table 1', 'T1'),
+        ('Table 2 (novelty metric)', 'T2'),
+        ('Table 3 (base methods)', 'T3'),
+        ('Table 4 (barycenters)', 'T4'),
+        ('Figure 7 (alpha)', 'F7'),
+    ):
         for task in ('countdown', 'sum'):
             sel = [c for c in cells if c['task'] == task and tab in c['tables']]
-            if tab != 'T1' and all('T1' in c['tables'] for c in sel): continue  # nothing beyond Table 1 (the quick grid)
-            sel = [b for b in cells if b['task'] == task and b['name'] in {c['base'] for c in sel} and b not in sel] + sel  # the bases first
-            if sel: out += [f"**{title}, {task}**", '', markdown_table([cell_row(res, c) for c in sel], K=K), '']
-            if sel and tab in ('T1', 'T3'): out += [f"*{title}, {task}: the other metrics, paired with the base (mean difference [95% CI])*", '',
-                                                    markdown_table([secondary_row(res, c) for c in sel if c['base']], SECONDARY_COLUMNS), '']
+            # nothing beyond Table 1 (the quick grid)
+            if tab != 'T1' and all('T1' in c['tables'] for c in sel):
+                continue
+            # the bases first
+            sel = [
+                b
+                for b in cells
+                if b['task'] == task and b['name'] in {c['base'] for c in sel} and b not in sel
+            ] + sel
+            if sel:
+                out += [
+                    f"**{title}, {task}**",
+                    '',
+                    markdown_table([cell_row(res, c) for c in sel], K=K),
+                    '',
+                ]
+            if sel and tab in ('T1', 'T3'):
+                out += [
+                    f"*{title}, {task}: the other metrics, paired with the base (mean difference "
+                    "[95% CI])*",
+                    '',
+                    markdown_table(
+                        [secondary_row(res, c) for c in sel if c['base']], SECONDARY_COLUMNS
+                    ),
+                    '',
+                ]
     return '\n'.join(out)
 
 # %% ../../nbs/6_appendix/29_report.ipynb #aab086f4
-def time_to(curve:dict, target:float) -> float|None:
+def time_to(curve: dict, target: float) -> float | None:
     "Training time at the first evaluation with pass@1 >= target (None if never)."
     return next((t for t, p in zip(curve['time'], curve['pass1']) if p >= target), None)
 
-def at_time(curve:dict, budget:float) -> float:
+
+def at_time(curve: dict, budget: float) -> float:
     "pass@1 at the last evaluation whose training time is at most `budget`."
     return [p for t, p in zip(curve['time'], curve['pass1']) if t <= budget + 1e-9][-1]
 
-def wall_time_rows(res:dict, task:str) -> list:
-    "Per cell of `task`: training s/run, how many runs reach GRPO's final pass@1 and their mean time, pass@1 at GRPO's time vs GRPO."
+
+def wall_time_rows(res: dict, task: str) -> list:
+    """Per cell of `task`: training s/run, how many runs reach GRPO's final pass@1 and their mean
+    time, pass@1 at GRPO's time vs GRPO."""
     g = res['runs'].get(f"{task}/grpo", {})
-    if not g: return []
+    if not g:
+        return []
     target, rows = mean_se([r['pass1'] for r in g.values()])[0], []
     for c in [c for c in res['cells'] if c['task'] == task and c['key'] in res['runs']]:
         runs = res['runs'][c['key']]
         ts = [t for t in (time_to(r['curve'], target) for r in runs.values()) if t is not None]
         eq = {s: at_time(r['curve'], g[s]['train_s']) for s, r in runs.items() if s in g}
         m, lo, hi, n = paired(eq, {s: g[s]['pass1'] for s in eq})
-        rows.append(dict(cell=c['name'], train_s=_ms(res, c['key'], 'train_s', d=1), reached=f"{len(ts)}/{len(runs)}",
-                         t_reach=f"{sum(ts) / len(ts):.1f}" if ts else '–', at_equal=f"{mean_se(list(eq.values()))[0]:.3f}",
-                         d_equal=f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]" if c['name'] != 'grpo' else ''))
+        rows.append(
+            dict(
+                cell=c['name'],
+                train_s=_ms(res, c['key'], 'train_s', d=1),
+                reached=f"{len(ts)}/{len(runs)}",
+                t_reach=f"{sum(ts) / len(ts):.1f}" if ts else '–',
+                at_equal=f"{mean_se(list(eq.values()))[0]:.3f}",
+                d_equal=f"{m:+.3f} [{lo:+.3f}, {hi:+.3f}]" if c['name'] != 'grpo' else '',
+            )
+        )
     return rows
 
-WALL_COLUMNS = (('cell', 'cell'), ('train_s', 'training s/run'), ('reached', "runs reaching GRPO's pass@1"),
-                ('t_reach', 'their mean s'), ('at_equal', "pass@1 at GRPO's time"), ('d_equal', 'Δ vs GRPO [95% CI]'))
+
+WALL_COLUMNS = (
+    ('cell', 'cell'),
+    ('train_s', 'training s/run'),
+    ('reached', "runs reaching GRPO's pass@1"),
+    ('t_reach', 'their mean s'),
+    ('at_equal', "pass@1 at GRPO's time"),
+    ('d_equal', 'Δ vs GRPO [95% CI]'),
+)
 
 # %% ../../nbs/6_appendix/29_report.ipynb #1935ec09
 def _band(ax, xs, ys, label):
     "Mean ± s.e. over runs of curves ys (lists) at shared x positions."
-    n = min(map(len, ys)); st = [mean_se([y[i] for y in ys]) for i in range(n)]
+    n = min(map(len, ys))
+    st = [mean_se([y[i] for y in ys]) for i in range(n)]
     m, se = [s[0] for s in st], [s[1] for s in st]
-    ax.plot(xs[:n], m, label=label); ax.fill_between(xs[:n], [a - b for a, b in zip(m, se)], [a + b for a, b in zip(m, se)], alpha=.2)
+    ax.plot(xs[:n], m, label=label)
+    ax.fill_between(
+        xs[:n], [a - b for a, b in zip(m, se)], [a + b for a, b in zip(m, se)], alpha=0.2
+    )
 
-def plot_curves(res:dict, task:str, names:tuple=('grpo', 'hara-seq', 'hara-tok'), path=None):
-    "Figure 4 and Figures 5-6 for `task`: pass@1, pass@K, entropy, length against step; pass@1 against training time; final pass@k."
+
+def plot_curves(res: dict, task: str, names: tuple = ('grpo', 'hara-seq', 'hara-tok'), path=None):
+    """Figure 4 and Figures 5-6 for `task`: pass@1, pass@K, entropy, length against step; pass@1
+    against training time; final pass@k."""
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(2, 3, figsize=(15, 7)); ax, K = ax.flatten(), res['config']['eval_samples']
+
+    fig, ax = plt.subplots(2, 3, figsize=(15, 7))
+    ax, K = ax.flatten(), res['config']['eval_samples']
     for nm in names:
         runs = list(res['runs'].get(f"{task}/{nm}", {}).values())
-        if not runs: continue
+        if not runs:
+            continue
         c0 = runs[0]['curve']
-        for a, key in zip(ax[:2], ('pass1', 'passk')): _band(a, c0['step'], [r['curve'][key] for r in runs], nm)
+        for a, key in zip(ax[:2], ('pass1', 'passk')):
+            _band(a, c0['step'], [r['curve'][key] for r in runs], nm)
         _band(ax[2], c0['train_step'], [r['curve']['entropy'] for r in runs], nm)
         _band(ax[3], c0['step'], [r['curve']['length'] for r in runs], nm)
-        _band(ax[4], [mean_se([r['curve']['time'][i] for r in runs])[0] for i in range(len(c0['time']))], [r['curve']['pass1'] for r in runs], nm)
+        _band(
+            ax[4],
+            [mean_se([r['curve']['time'][i] for r in runs])[0] for i in range(len(c0['time']))],
+            [r['curve']['pass1'] for r in runs],
+            nm,
+        )
         _band(ax[5], list(range(1, K + 1)), [r['passk_curve'] for r in runs], nm)
-    for a, t, x in zip(ax, ('held-out pass@1', f'held-out pass@{K}', 'policy entropy (nats/token)', 'response length', 'pass@1 vs training time', 'final pass@k'),
-                       ('RL step', 'RL step', 'RL step', 'RL step', 'training time (s, mean over seeds)', 'k')):
-        a.set_title(t); a.set_xlabel(x)
-    ax[0].legend(); fig.suptitle(task); fig.tight_layout()
-    if path: fig.savefig(path, dpi=90); plt.close(fig)
+    for a, t, x in zip(
+        ax,
+        (
+            'held-out pass@1',
+            f'held-out pass@{K}',
+            'policy entropy (nats/token)',
+            'response length',
+            'pass@1 vs training time',
+            'final pass@k',
+        ),
+        ('RL step', 'RL step', 'RL step', 'RL step', 'training time (s, mean over seeds)', 'k'),
+    ):
+        a.set_title(t)
+        a.set_xlabel(x)
+    ax[0].legend()
+    fig.suptitle(task)
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
     return fig
 
-def plot_alpha(res:dict, task:str='countdown', path=None):
+
+def plot_alpha(res: dict, task: str = 'countdown', path=None):
     "Figure 7: final pass@1 and pass@K of HARA-tok against alpha (0 = W, 1 = GW), GRPO as a band."
     import matplotlib.pyplot as plt
+
     K = res['config']['eval_samples']
-    names = {0.: 'hara-tok-w', .25: 'hara-tok', .5: 'hara-tok-a0.5', .75: 'hara-tok-a0.75', 1.: 'hara-tok-gw'}
+    names = {
+        0.0: 'hara-tok-w',
+        0.25: 'hara-tok',
+        0.5: 'hara-tok-a0.5',
+        0.75: 'hara-tok-a0.75',
+        1.0: 'hara-tok-gw',
+    }
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
     for a, (metric, k, t) in zip(ax, (('pass1', None, 'pass@1'), ('passk', K, f'pass@{K}'))):
-        pts = [(al, mean_se(list(per_seed(res, f"{task}/{n}", metric, k).values()))) for al, n in names.items() if f"{task}/{n}" in res['runs']]
-        a.errorbar([p[0] for p in pts], [p[1][0] for p in pts], yerr=[p[1][1] for p in pts], marker='o', capsize=3, label='HARA-tok')
+        pts = [
+            (al, mean_se(list(per_seed(res, f"{task}/{n}", metric, k).values())))
+            for al, n in names.items()
+            if f"{task}/{n}" in res['runs']
+        ]
+        a.errorbar(
+            [p[0] for p in pts],
+            [p[1][0] for p in pts],
+            yerr=[p[1][1] for p in pts],
+            marker='o',
+            capsize=3,
+            label='HARA-tok',
+        )
         g = mean_se(list(per_seed(res, f"{task}/grpo", metric, k).values()))
-        a.axhspan(g[0] - g[1], g[0] + g[1], alpha=.2, color='gray', label='GRPO ± s.e.'); a.set_xlabel('alpha'); a.set_title(t)
-    ax[0].legend(); fig.tight_layout()
-    if path: fig.savefig(path, dpi=90); plt.close(fig)
+        a.axhspan(g[0] - g[1], g[0] + g[1], alpha=0.2, color='gray', label='GRPO ± s.e.')
+        a.set_xlabel('alpha')
+        a.set_title(t)
+    ax[0].legend()
+    fig.tight_layout()
+    if path:
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
     return fig
 
 # %% ../../nbs/6_appendix/29_report.ipynb #428e5f31
 def write_report(out) -> str:
     "results.json, tables.md and the figures of the study in `out`; returns the markdown."
-    out = Path(out); res = collect(out)
+    out = Path(out)
+    res = collect(out)
     (out / 'results.json').write_text(json.dumps(res, indent=1))
     md = [study_tables(res)]
     for task in ('countdown', 'sum'):
         rows = wall_time_rows(res, task)
-        if rows: md += [f"**Figures 5-6, {task}**", '', markdown_table(rows, WALL_COLUMNS), '']
-        if any(k.startswith(task) for k in res['runs']): plot_curves(res, task, path=out / f'curves_{task}.png')
-    if any('hara-tok-a' in k for k in res['runs']): plot_alpha(res, path=out / 'alpha.png')
-    se = res['start_eval']; K = res['config']['eval_samples']
-    if res['incomplete']: md += [f"**Incomplete runs, not in the tables**: {', '.join(res['incomplete'])}", '']
-    md += [f"**Every run: final pass@1 / pass@{K} per seed**", '', markdown_table(every_run_rows(res, K), (('cell', 'cell'), ('runs', 'seed: pass@1 / pass@K')), K=K), '']
-    md += ['Warm start (step 0) on the same held-out prompts: ' + '; '.join(f"{t} pass@1 {v['pass1']:.3f}, pass@{K} {v['passk']:.3f}" for t, v in se.items()),
-           '', f"Grid wall time: {res['wall_s'] / 60:.1f} min for the runs this invocation made ({res['config']['workers']} workers x {res['config']['threads']} threads)."]
+        if rows:
+            md += [f"**Figures 5-6, {task}**", '', markdown_table(rows, WALL_COLUMNS), '']
+        if any(k.startswith(task) for k in res['runs']):
+            plot_curves(res, task, path=out / f'curves_{task}.png')
+    if any('hara-tok-a' in k for k in res['runs']):
+        plot_alpha(res, path=out / 'alpha.png')
+    se = res['start_eval']
+    K = res['config']['eval_samples']
+    if res['incomplete']:
+        md += [f"**Incomplete runs, not in the tables**: {', '.join(res['incomplete'])}", '']
+    md += [
+        f"**Every run: final pass@1 / pass@{K} per seed**",
+        '',
+        markdown_table(
+            every_run_rows(res, K), (('cell', 'cell'), ('runs', 'seed: pass@1 / pass@K')), K=K
+        ),
+        '',
+    ]
+    md += [
+        'Warm start (step 0) on the same held-out prompts: '
+        + '; '.join(
+            f"{t} pass@1 {v['pass1']:.3f}, pass@{K} {v['passk']:.3f}" for t, v in se.items()
+        ),
+        '',
+        f"Grid wall time: {res['wall_s'] / 60:.1f} min for the runs this invocation made "
+        f"({res['config']['workers']} workers x {res['config']['threads']} threads).",
+    ]
     (out / 'tables.md').write_text('\n'.join(md) + '\n')
     return '\n'.join(md)

@@ -4,51 +4,89 @@
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #741a5468
 from __future__ import annotations
-import math, warnings
-import numpy as np, torch
-from ..ot.entropic import (  # chapter 05_sinkhorn's pieces, re-exported: `from hara_ref.appendix.sinkhorn import ...` reaches them all
-    sinkhorn_naive, lse_update, sinkhorn_reference, as_reg, broadcast_batch, check_ot_inputs, marginal_error, stop_floor,
-    item_thresholds, solve_in_float32, check_warm_start, check_iterations, ConvergenceWarning)
+import math
+import warnings
+import numpy as np
+import torch
+
+# chapter 05_sinkhorn's pieces, re-exported: `from hara_ref.appendix.sinkhorn import ...` reaches
+# them all
+from hara_ref.ot.entropic import (
+    sinkhorn_naive,
+    lse_update,
+    sinkhorn_reference,
+    as_reg,
+    broadcast_batch,
+    check_ot_inputs,
+    marginal_error,
+    item_thresholds,
+    solve_in_float32,
+    check_warm_start,
+    check_iterations,
+    ConvergenceWarning,
+)
 
 # %% auto #0
 __all__ = ['scaling_step', 'SinkhornConvergenceWarning', 'empty_result', 'relax_omega', 'sinkhorn_log', 'sinkhorn_log2']
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #ea635c5a
-def scaling_step(Kt:torch.Tensor, # (..., n, m) stabilised kernel $\tilde K$
-                 u:torch.Tensor,  # (..., n) current row correction $\tilde u$
-                 a:torch.Tensor,  # (..., n) source weights
-                 b:torch.Tensor,  # (..., m) target weights
-                 tau:float,       # largest safe $|\log \tilde u|$, $|\log\tilde v|$
-                 v:torch.Tensor|None=None, # (..., m) current column correction $\tilde v$ (needed only when omega != 1)
-                 omega:float|torch.Tensor=1. # over-relaxation $\omega$ (scalar or (..., 1)); 1 = plain Sinkhorn
-                ) -> tuple:       # (u, v, ok): new corrections, and (...,) bool "finite and within $e^{\pm\tau}$"
-    "One exp-domain Sinkhorn iteration on the stabilised kernel: $\\tilde v = b / \\tilde K^\\top \\tilde u$, $\\tilde u = a / \\tilde K \\tilde v$ (over-relaxed: $\\tilde v^{1-\\omega}(\\cdot)^\\omega$)."
-    sor = not (isinstance(omega, float) and omega == 1.)
-    Ktu = (u.unsqueeze(-2) @ Kt).squeeze(-2)  # (..., m)  row-vector products are the fast batched gemv on CPU
-    v_new = b / Ktu if not sor else v * (b / (Ktu * v)) ** omega  # (..., m)  $\tilde v^{1-\omega}(b/\tilde K^\top\tilde u)^\omega$ with one pow
+def scaling_step(
+    Kt: torch.Tensor,  # (..., n, m) stabilised kernel $\tilde K$
+    u: torch.Tensor,  # (..., n) current row correction $\tilde u$
+    a: torch.Tensor,  # (..., n) source weights
+    b: torch.Tensor,  # (..., m) target weights
+    tau: float,  # largest safe $|\log \tilde u|$, $|\log\tilde v|$
+    # (..., m) current column correction $\tilde v$ (needed only when omega != 1)
+    v: torch.Tensor | None = None,
+    # over-relaxation $\omega$ (scalar or (..., 1)); 1 = plain Sinkhorn
+    omega: float | torch.Tensor = 1.0,
+) -> tuple:  # (u, v, ok): new corrections, and (...,) bool "finite and within $e^{\pm\tau}$"
+    """One exp-domain Sinkhorn iteration on the stabilised kernel: $\\tilde v = b / \\tilde K^\\top
+    \\tilde u$, $\\tilde u = a / \\tilde K \\tilde v$ (over-relaxed: $\\tilde
+    v^{1-\\omega}(\\cdot)^\\omega$)."""
+    sor = not (isinstance(omega, float) and omega == 1.0)
+    # (..., m)  row-vector products are the fast batched gemv on CPU
+    Ktu = (u.unsqueeze(-2) @ Kt).squeeze(-2)
+    # (..., m)  $\tilde v^{1-\omega}(b/\tilde K^\top\tilde u)^\omega$ with one pow
+    v_new = b / Ktu if not sor else v * (b / (Ktu * v)) ** omega
     v = torch.where(b > 0, v_new, torch.ones_like(b))  # (..., m) padding keeps correction 1
     Kv = (v.unsqueeze(-2) @ Kt.transpose(-1, -2)).squeeze(-2)  # (..., n)
     u_new = a / Kv if not sor else u * (a / (Kv * u)) ** omega  # (..., n)
     u = torch.where(a > 0, u_new, torch.ones_like(a))  # (..., n)
     lim = math.exp(tau)
-    ok = ((u < lim) & (u > 1 / lim)).all(-1) & ((v < lim) & (v > 1 / lim)).all(-1)  # (...,) nan/inf/0 fail too
+    # (...,) nan/inf/0 fail too
+    ok = ((u < lim) & (u > 1 / lim)).all(-1) & ((v < lim) & (v > 1 / lim)).all(-1)
     return u, v, ok
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #463f6007
 class SinkhornConvergenceWarning(ConvergenceWarning):
-    "Warned when some Sinkhorn problems did not meet `stop_thr` within `num_iter_max` iterations (a `ConvergenceWarning`)."
+    """Warned when some Sinkhorn problems did not meet `stop_thr` within `num_iter_max` iterations
+    (a
+    `ConvergenceWarning`)."""
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #b74be7f0
 def _fold(log_u, log_v, u, v, sel):
-    "Fold the corrections $\\tilde u, \\tilde v$ of the selected items into their potentials; their corrections become 1."
+    """Fold the corrections $\\tilde u, \\tilde v$ of the selected items into their potentials;
+    their
+    corrections become 1."""
     s = sel.unsqueeze(-1)  # (..., 1)
-    return (torch.where(s, log_u + u.log(), log_u), torch.where(s, log_v + v.log(), log_v),  # -inf + 0 stays -inf on padding
-            torch.where(s, torch.ones_like(u), u), torch.where(s, torch.ones_like(v), v))
+    # -inf + 0 stays -inf on padding
+    return (
+        torch.where(s, log_u + u.log(), log_u),
+        torch.where(s, log_v + v.log(), log_v),
+        torch.where(s, torch.ones_like(u), u),
+        torch.where(s, torch.ones_like(v), v),
+    )
+
 
 def _kernel(logK, log_u, log_v, Kt=None, sel=None):
-    "Stabilised kernel $\\tilde K = e^{\\log K + \\log u + \\log v}$ (..., n, m): built for all items, or rebuilt in place for the selected ones."
-    if Kt is None or sel is None or bool(sel.all()): return (logK + log_u.unsqueeze(-1)).add_(log_v.unsqueeze(-2)).exp_()  # one allocation
-    Kt[sel] = torch.exp(logK[sel] + log_u[sel].unsqueeze(-1) + log_v[sel].unsqueeze(-2))  # exp work only for those items
+    """Stabilised kernel $\\tilde K = e^{\\log K + \\log u + \\log v}$ (..., n, m): built for all
+    items, or rebuilt in place for the selected ones."""
+    # one allocation
+    if Kt is None or sel is None or bool(sel.all()):
+        return (logK + log_u.unsqueeze(-1)).add_(log_v.unsqueeze(-2)).exp_()
+    # exp work only for those items
+    Kt[sel] = torch.exp(logK[sel] + log_u[sel].unsqueeze(-1) + log_v[sel].unsqueeze(-2))
     return Kt
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #a43d88a0
@@ -61,112 +99,216 @@ def _log_iteration(logK, log_a, log_b, log_u, log_v, active):
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #f1f68dca
 def _start(a, b, M, reg, log_u0, log_v0=None, tau=math.inf):
-    "Stand-in weights for absent items, log-weights, log-kernel, potentials, $\\tilde K$, and (...,) bool: iteration 0 was run in log domain."
+    """Stand-in weights for absent items, log-weights, log-kernel, potentials, $\\tilde K$, and
+    (...,)
+    bool: iteration 0 was run in log domain."""
     present = a.sum(-1) > 0  # (...,) absent items get a stand-in `a` and, at the end, a zero plan
     a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / a.shape[-1]))  # (..., n)
     logK, log_a, log_b = M / (-reg), a.log(), b.log()  # (..., n, m), (..., n), (..., m)
-    warm = lambda x0, w: torch.where(w > 0, torch.nan_to_num(x0.to(w).expand_as(w)), -math.inf)  # padding at -inf
+    # padding at -inf
+    warm = lambda x0, w: torch.where(w > 0, torch.nan_to_num(x0.to(w).expand_as(w)), -math.inf)
     log_u = warm(torch.zeros(()) if log_u0 is None else log_u0, a)  # (..., n)
     log_v = warm(torch.zeros(()) if log_v0 is None else log_v0, b)  # (..., m)
     active = torch.ones(M.shape[:-2], dtype=torch.bool, device=M.device)  # (...,)
     cold, Kt = active, None  # (...,) items that need the exact log-domain iteration 0
-    if log_u0 is not None and log_v0 is not None:  # both potentials warm: try the kernel directly, no log-domain pass
+    # both potentials warm: try the kernel directly, no log-domain pass
+    if log_u0 is not None and log_v0 is not None:
         Kt = _kernel(logK, log_u, log_v)  # (..., n, m)
-        rows, cols = Kt.sum(-1), Kt.sum(-2)  # (..., n), (..., m) every real row/column needs mass, none may blow up
+        # (..., n), (..., m) every real row/column needs mass, none may blow up
+        rows, cols = Kt.sum(-1), Kt.sum(-2)
         lim = math.exp(tau)
-        cold = ~((((rows > 1 / lim) & (rows < lim)) | (a == 0)).all(-1) & (((cols > 1 / lim) & (cols < lim)) | (b == 0)).all(-1))
-        if not cold.any(): return a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold
-    log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, cold)  # per item: the others keep their warm potentials
-    return a, present, logK, log_a, log_b, log_u, log_v, active, _kernel(logK, log_u, log_v, Kt, cold), cold
+        cold = ~(
+            (((rows > 1 / lim) & (rows < lim)) | (a == 0)).all(-1)
+            & (((cols > 1 / lim) & (cols < lim)) | (b == 0)).all(-1)
+        )
+        if not cold.any():
+            return a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold
+    # per item: the others keep their warm potentials
+    log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, cold)
+    return (
+        a,
+        present,
+        logK,
+        log_a,
+        log_b,
+        log_u,
+        log_v,
+        active,
+        _kernel(logK, log_u, log_v, Kt, cold),
+        cold,
+    )
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #15396816
 def empty_result(M, n, m, log):
-    "Result for a batch without problems (or, with `check_inputs=False`, without points): an empty plan, nothing to iterate."
+    """Result for a batch without problems (or, with `check_inputs=False`, without points): an empty
+    plan, nothing to iterate."""
     batch, kw = M.shape[:-2], dict(device=M.device)
     plan = torch.zeros(M.shape, dtype=M.dtype, **kw)  # (..., n, m)
-    if not log: return plan
-    return plan, dict(n_iter=0, n_iter_item=torch.zeros(batch, dtype=torch.long, **kw), err=torch.zeros(batch, dtype=M.dtype, **kw),
-                      converged=torch.ones(batch, dtype=torch.bool, **kw), log_u=torch.zeros(*batch, n, dtype=M.dtype, **kw),
-                      log_v=torch.zeros(*batch, m, dtype=M.dtype, **kw), stop_thr=torch.zeros(batch, dtype=M.dtype, **kw))
+    if not log:
+        return plan
+    return plan, dict(
+        n_iter=0,
+        n_iter_item=torch.zeros(batch, dtype=torch.long, **kw),
+        err=torch.zeros(batch, dtype=M.dtype, **kw),
+        converged=torch.ones(batch, dtype=torch.bool, **kw),
+        log_u=torch.zeros(*batch, n, dtype=M.dtype, **kw),
+        log_v=torch.zeros(*batch, m, dtype=M.dtype, **kw),
+        stop_thr=torch.zeros(batch, dtype=M.dtype, **kw),
+    )
+
 
 def _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present):
-    "Plan after a last exact $u$-update, $\\operatorname{diag}(a)\\,\\mathrm{softmax}_j(\\log K + \\log v)$, zero for absent items; and its potentials."
+    """Plan after a last exact $u$-update, $\\operatorname{diag}(a)\\,\\mathrm{softmax}_j(\\log K +
+    \\log v)$, zero for absent items; and its potentials."""
     a = log_a.exp()  # (..., n); $\tilde u$ is replaced by the exact update, $\tilde v$ folded in
-    rows, log_v = (Kt @ v.unsqueeze(-1)).squeeze(-1), log_v + v.log()  # (..., n) row sums of $\tilde K\operatorname{diag}(\tilde v)$, (..., m)
-    fast = ((rows > torch.finfo(Kt.dtype).tiny / torch.finfo(Kt.dtype).eps) | (a == 0)).all(-1)  # (...,) rows usable
-    scale = torch.where(a > 0, a / rows, torch.zeros_like(a))  # (..., n) fast path: rescale the rows (no exp pass)
-    plan, log_u = (Kt * v.unsqueeze(-2)).mul_(scale.unsqueeze(-1)), log_u + scale.log()  # (..., n, m), (..., n)
-    if not fast.all():  # the others: the same plan via log-softmax (the row marginal holds even with huge float32 potentials)
-        slow = torch.exp(log_a.unsqueeze(-1) + torch.log_softmax(logK + log_v.unsqueeze(-2), dim=-1))  # (..., n, m)
+    # (..., n) row sums of $\tilde K\operatorname{diag}(\tilde v)$, (..., m)
+    rows, log_v = (Kt @ v.unsqueeze(-1)).squeeze(-1), log_v + v.log()
+    # (...,) rows usable
+    fast = ((rows > torch.finfo(Kt.dtype).tiny / torch.finfo(Kt.dtype).eps) | (a == 0)).all(-1)
+    # (..., n) fast path: rescale the rows (no exp pass)
+    scale = torch.where(a > 0, a / rows, torch.zeros_like(a))
+    # (..., n, m), (..., n)
+    plan, log_u = (Kt * v.unsqueeze(-2)).mul_(scale.unsqueeze(-1)), log_u + scale.log()
+    # the others: the same plan via log-softmax (the row marginal holds even with huge float32
+    # potentials)
+    if not fast.all():
+        # (..., n, m)
+        slow = torch.exp(
+            log_a.unsqueeze(-1) + torch.log_softmax(logK + log_v.unsqueeze(-2), dim=-1)
+        )
         plan = torch.where(fast[..., None, None], plan, slow)
         log_u = torch.where(fast.unsqueeze(-1), log_u, lse_update(log_a, logK, log_v))  # (..., n)
-    if not present.all(): plan = plan * present[..., None, None]  # absent items: zero plan
+    if not present.all():
+        plan = plan * present[..., None, None]  # absent items: zero plan
     return plan, log_u, log_v  # (..., n, m), (..., n), (..., m)
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #fca3ca5c
-def relax_omega(w:torch.Tensor,       # (..., 1) current per-item omega
-                new_err:torch.Tensor, # (...,) marginal error at this check
-                err:torch.Tensor,     # (...,) at the previous check (inf: none yet)
-                active:torch.Tensor,  # (...,) bool, items still iterating
-                n:int,                # iterations between the two checks
-                target:float|str      # omega for items still at 1 after a plain window, or 'auto' (from the observed rate)
-               ) -> torch.Tensor:     # (..., 1) new omega
-    "Over-relaxation control: switch slow items to `target` (or $2/(1+\\sqrt{1-\\rho})$); halve $\\omega-1$ when the error grows."
+def relax_omega(
+    w: torch.Tensor,  # (..., 1) current per-item omega
+    new_err: torch.Tensor,  # (...,) marginal error at this check
+    err: torch.Tensor,  # (...,) at the previous check (inf: none yet)
+    active: torch.Tensor,  # (...,) bool, items still iterating
+    n: int,  # iterations between the two checks
+    # omega for items still at 1 after a plain window, or 'auto' (from the observed rate)
+    target: float | str,
+) -> torch.Tensor:  # (..., 1) new omega
+    """Over-relaxation control: switch slow items to `target` (or $2/(1+\\sqrt{1-\\rho})$); halve
+    $\\omega-1$ when the error grows."""
     grew = (active & (new_err > err)).unsqueeze(-1)  # (..., 1)
     w = torch.where(grew, 1 + (w - 1) / 2, w)
     if target == 'auto':
-        rho = (new_err / err).clamp(0, 1) ** (1 / n)  # (...,) per-iteration contraction (0 when err was inf)
+        # (...,) per-iteration contraction (0 when err was inf)
+        rho = (new_err / err).clamp(0, 1) ** (1 / n)
         w_star = (2 / (1 + (1 - rho).sqrt())).clamp(1, 1.95).unsqueeze(-1)  # (..., 1)
-    else: w_star = torch.full_like(w, target)
-    return torch.where(active.unsqueeze(-1) & (w == 1) & ~grew & torch.isfinite(err).unsqueeze(-1), w_star, w)
+    else:
+        w_star = torch.full_like(w, target)
+    return torch.where(
+        active.unsqueeze(-1) & (w == 1) & ~grew & torch.isfinite(err).unsqueeze(-1), w_star, w
+    )
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #ad71fb01
-def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
-                 b:torch.Tensor,        # (..., m) target weights (sum 1; zeros = padding)
-                 M:torch.Tensor,        # (..., n, m) cost; leading dims broadcast with a, b
-                 reg:float,             # entropic regulariser $\varepsilon > 0$ (any real scalar, see `as_reg`)
-                 num_iter_max:int=1000, # most iterations
-                 stop_thr:float|torch.Tensor=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2$ < this; a float or (...,) per problem (floored, see `stop_floor`)
-                 check_every:int=10,    # check the marginal error every this many iterations
-                 warn:bool=True,        # warn (`SinkhornConvergenceWarning`) when some item did not converge
-                 log:bool=False,        # also return a dict: n_iter, err, log_u, log_v, converged, n_iter_item, stop_thr
-                 log_u0:torch.Tensor|None=None, # (..., n) optional warm start for $\log u$ (finite on real entries, see `check_warm_start`)
-                 log_v0:torch.Tensor|None=None, # (..., m) optional warm start for $\log v$ (with `log_u0`: no log-domain pass)
-                 omega:float|str=1.,    # over-relaxation $\omega \in [1, 2)$, or 'auto' (set from the observed rate); see below
-                 check_inputs:bool=True # validate (and convert) a, b, M and the warm starts; inner loops that did it once pass False
-                ):                      # plan (..., n, m) in the dtype of M [, log dict]
-    "Batched log-domain (absorption-stabilised) Sinkhorn for entropic OT; padded rows/columns of the plan are exactly 0."
+# (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
+def sinkhorn_log(
+    a: torch.Tensor,
+    b: torch.Tensor,  # (..., m) target weights (sum 1; zeros = padding)
+    M: torch.Tensor,  # (..., n, m) cost; leading dims broadcast with a, b
+    # entropic regulariser $\varepsilon > 0$ (any real scalar, see `as_reg`)
+    reg: float,
+    num_iter_max: int = 1000,  # most iterations
+    # stop when $\lVert T^\top\mathbf 1 - b\rVert_2$ < this; a float or (...,) per problem (floored,
+    # see `stop_floor`)
+    stop_thr: float | torch.Tensor = 1e-9,
+    check_every: int = 10,  # check the marginal error every this many iterations
+    # warn (`SinkhornConvergenceWarning`) when some item did not converge
+    warn: bool = True,
+    # also return a dict: n_iter, err, log_u, log_v, converged, n_iter_item, stop_thr
+    log: bool = False,
+    # (..., n) optional warm start for $\log u$ (finite on real entries, see `check_warm_start`)
+    log_u0: torch.Tensor | None = None,
+    # (..., m) optional warm start for $\log v$ (with `log_u0`: no log-domain pass)
+    log_v0: torch.Tensor | None = None,
+    # over-relaxation $\omega \in [1, 2)$, or 'auto' (set from the observed rate); see below
+    omega: float | str = 1.0,
+    # validate (and convert) a, b, M and the warm starts; inner loops that did it once pass False
+    check_inputs: bool = True,
+):  # plan (..., n, m) in the dtype of M [, log dict]
+    """Batched log-domain (absorption-stabilised) Sinkhorn for entropic OT; padded rows/columns of
+    the
+    plan are exactly 0."""
     reg, out_dtype = as_reg(reg), None
     check_iterations(num_iter_max, check_every, omega)
-    if check_inputs: a, b, M = check_ot_inputs(a, b, M, reg)
-    else: batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2]); a, b, M = a.expand(*batch, -1), b.expand(*batch, -1), M.expand(*batch, -1, -1)
-    if M.numel() == 0: return empty_result(M, a.shape[-1], b.shape[-1], log)
-    if M.dtype in (torch.float16, torch.bfloat16): out_dtype, (a, b, M) = M.dtype, solve_in_float32(a, b, M)
-    M_max, tau = M.abs().amax((-2, -1)), 0.25 * math.log(torch.finfo(M.dtype).max)  # (...,) once: the floor and the relaxation switch need it
-    if check_inputs and log_u0 is not None: log_u0 = check_warm_start(log_u0, a, 'log_u0', float(M_max.max()) / reg)
-    if check_inputs and log_v0 is not None: log_v0 = check_warm_start(log_v0, b, 'log_v0', float(M_max.max()) / reg)
+    if check_inputs:
+        a, b, M = check_ot_inputs(a, b, M, reg)
+    else:
+        batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2])
+        a, b, M = a.expand(*batch, -1), b.expand(*batch, -1), M.expand(*batch, -1, -1)
+    if M.numel() == 0:
+        return empty_result(M, a.shape[-1], b.shape[-1], log)
+    if M.dtype in (torch.float16, torch.bfloat16):
+        out_dtype, (a, b, M) = M.dtype, solve_in_float32(a, b, M)
+    # (...,) once: the floor and the relaxation switch need it
+    M_max, tau = M.abs().amax((-2, -1)), 0.25 * math.log(torch.finfo(M.dtype).max)
+    if check_inputs and log_u0 is not None:
+        log_u0 = check_warm_start(log_u0, a, 'log_u0', float(M_max.max()) / reg)
+    if check_inputs and log_v0 is not None:
+        log_v0 = check_warm_start(log_v0, b, 'log_v0', float(M_max.max()) / reg)
     thr = item_thresholds(stop_thr, M, b, reg, M_max)  # (...,)
-    wide = M_max / reg > 8 * tau  # (...,) range beyond the dtype: relaxed steps would all be unsafe there
-    if omega != 1 and bool(wide.all()): omega = 1.
-    a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold = _start(a, b, M, reg, log_u0, log_v0, tau)
-    shape = active.shape  # the batch shape; we iterate on a flat list of problems and reshape at the end
-    flat = lambda x: x.reshape(-1, *x.shape[len(shape):])
-    a, b, logK, log_a, log_b, log_u, log_v, active, Kt, cold, thr, wide, present = map(flat, (a, b.expand_as(log_v), logK, log_a, log_b, log_u, log_v, active, Kt, cold, thr, wide, present))
-    fixed, full, idx = (logK, log_a, log_b, a, b, thr, wide), None, None  # full-size inputs; full-size state once we compact
-    err, n_item = torch.full_like(active, math.inf, dtype=M.dtype), torch.zeros_like(active, dtype=torch.long)  # (...,)
+    # (...,) range beyond the dtype: relaxed steps would all be unsafe there
+    wide = M_max / reg > 8 * tau
+    if omega != 1 and bool(wide.all()):
+        omega = 1.0
+    a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold = _start(
+        a, b, M, reg, log_u0, log_v0, tau
+    )
+    # the batch shape; we iterate on a flat list of problems and reshape at the end
+    shape = active.shape
+    flat = lambda x: x.reshape(-1, *x.shape[len(shape) :])
+    a, b, logK, log_a, log_b, log_u, log_v, active, Kt, cold, thr, wide, present = map(
+        flat,
+        (
+            a,
+            b.expand_as(log_v),
+            logK,
+            log_a,
+            log_b,
+            log_u,
+            log_v,
+            active,
+            Kt,
+            cold,
+            thr,
+            wide,
+            present,
+        ),
+    )
+    # full-size inputs; full-size state once we compact
+    fixed, full, idx = (logK, log_a, log_b, a, b, thr, wide), None, None
+    # (...,)
+    err, n_item = (
+        torch.full_like(active, math.inf, dtype=M.dtype),
+        torch.zeros_like(active, dtype=torch.long),
+    )
     u, v = torch.ones_like(a), torch.ones_like(b)  # corrections on $\tilde K$
     every, pending = True, 0  # all items active; iterations not yet counted in n_item
-    w = 1. if omega == 1 else torch.ones(active.shape + (1,), dtype=M.dtype, device=M.device)  # (..., 1) per-item omega, 1 at first
+    # (..., 1) per-item omega, 1 at first
+    w = 1.0 if omega == 1 else torch.ones(active.shape + (1,), dtype=M.dtype, device=M.device)
     for it in range(num_iter_max):
-        step = active if it > 0 else active & ~cold  # (...,) a warm kernel takes its iteration 0 as a scaling step
+        # (...,) a warm kernel takes its iteration 0 as a scaling step
+        step = active if it > 0 else active & ~cold
         if it > 0 or not bool(cold.all()):
             nu, nv, ok = scaling_step(Kt, u, a, b, tau, v, w)
-            if every and (it > 0 or not cold.any()) and bool(ok.all()): u, v = nu, nv  # common case: no per-item selection
+            # common case: no per-item selection
+            if every and (it > 0 or not cold.any()) and bool(ok.all()):
+                u, v = nu, nv
             else:
                 good, bad = (step & ok).unsqueeze(-1), step & ~ok  # (..., 1), (...,)
                 u, v = torch.where(good, nu, u), torch.where(good, nv, v)
-                if bad.any():  # unsafe step for these items: fold, redo their iteration exactly in log domain, rebuild their kernel
-                    if omega != 1: w = torch.where(bad.unsqueeze(-1), torch.ones_like(w), w)  # no over-relaxation there
+                # unsafe step for these items: fold, redo their iteration exactly in log domain,
+                # rebuild their kernel
+                if bad.any():
+                    # no over-relaxation there
+                    if omega != 1:
+                        w = torch.where(bad.unsqueeze(-1), torch.ones_like(w), w)
                     log_u, log_v, u, v = _fold(log_u, log_v, u, v, bad)
                     log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, bad)
                     Kt = _kernel(logK, log_u, log_v, Kt, bad)
@@ -177,45 +319,90 @@ def sinkhorn_log(a:torch.Tensor,        # (..., n) source weights (sum 1; zeros 
             new_err = (col - b).norm(dim=-1)  # (...,)
             if omega != 1:
                 w = relax_omega(w, new_err, err, active, check_every if it > 0 else 1, omega)
-                if wide.any(): w = torch.where(wide.unsqueeze(-1), torch.ones_like(w), w)
+                if wide.any():
+                    w = torch.where(wide.unsqueeze(-1), torch.ones_like(w), w)
             err = torch.where(active, new_err, err)  # (...,)
-            far = active & ((u.log().abs().amax(-1) > tau / 2) | (v.log().abs().amax(-1) > tau / 2))  # (...,) corrections grown large
-            if far.any(): log_u, log_v, u, v = _fold(log_u, log_v, u, v, far); Kt = _kernel(logK, log_u, log_v, Kt, far)  # absorb those
+            # (...,) corrections grown large
+            far = active & ((u.log().abs().amax(-1) > tau / 2) | (v.log().abs().amax(-1) > tau / 2))
+            # absorb those
+            if far.any():
+                log_u, log_v, u, v = _fold(log_u, log_v, u, v, far)
+                Kt = _kernel(logK, log_u, log_v, Kt, far)
             active = active & ~(err < thr)
             every = bool(active.all())
-            if not every and not active.any(): break
-            if it > 0 and 2 * int(active.sum()) <= len(active):  # most problems done: go on with the active ones only
-                keep, state = active.nonzero().flatten(), (Kt, log_u, log_v, u, v, err, n_item, active)
-                if full is None: full, idx = state, torch.arange(len(active), device=active.device)  # the full-size state, kept
+            if not every and not active.any():
+                break
+            # most problems done: go on with the active ones only
+            if it > 0 and 2 * int(active.sum()) <= len(active):
+                keep, state = (
+                    active.nonzero().flatten(),
+                    (Kt, log_u, log_v, u, v, err, n_item, active),
+                )
+                # the full-size state, kept
+                if full is None:
+                    full, idx = state, torch.arange(len(active), device=active.device)
                 else:  # write back the problems that leave the working set
                     leave = (~active).nonzero().flatten()
-                    for f, x in zip(full, state): f[idx[leave]] = x[leave]
-                idx, (Kt, log_u, log_v, u, v, err, n_item, active) = idx[keep], (x[keep] for x in state)
-                logK, log_a, log_b, a, b, thr, wide = (x[keep] for x in (logK, log_a, log_b, a, b, thr, wide))
-                if omega != 1: w = w[keep]
+                    for f, x in zip(full, state):
+                        f[idx[leave]] = x[leave]
+                idx, (Kt, log_u, log_v, u, v, err, n_item, active) = (
+                    idx[keep],
+                    (x[keep] for x in state),
+                )
+                logK, log_a, log_b, a, b, thr, wide = (
+                    x[keep] for x in (logK, log_a, log_b, a, b, thr, wide)
+                )
+                if omega != 1:
+                    w = w[keep]
                 every = True
     if full is not None:  # put the working set back into the full-size state
-        for f, x in zip(full, (Kt, log_u, log_v, u, v, err, n_item, active)): f[idx] = x
-        (Kt, log_u, log_v, u, v, err, n_item, active), (logK, log_a, log_b, a, b, thr, wide) = full, fixed
+        for f, x in zip(full, (Kt, log_u, log_v, u, v, err, n_item, active)):
+            f[idx] = x
+        (Kt, log_u, log_v, u, v, err, n_item, active), (logK, log_a, log_b, a, b, thr, wide) = (
+            full,
+            fixed,
+        )
     plan, log_u, log_v = _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present)
-    if out_dtype is not None: plan = plan.to(out_dtype)  # 16-bit input: plan back in its dtype, log stays float32
-    plan, log_u, log_v, err, n_item, active, thr = (x.reshape(tuple(shape) + x.shape[1:]) for x in (plan, log_u, log_v, err, n_item, active, thr))
+    # 16-bit input: plan back in its dtype, log stays float32
+    if out_dtype is not None:
+        plan = plan.to(out_dtype)
+    plan, log_u, log_v, err, n_item, active, thr = (
+        x.reshape(tuple(shape) + x.shape[1:])
+        for x in (plan, log_u, log_v, err, n_item, active, thr)
+    )
     if warn and active.any():
-        warnings.warn(f"sinkhorn_log: {int(active.sum())} of {active.numel()} problems did not converge in {num_iter_max} "
-                      f"iterations (largest marginal error {float(err[active].max()):.2e}, stop_thr {float(thr[active].min()):.1e}); "
-                      "increase num_iter_max or reg", SinkhornConvergenceWarning, stacklevel=2)
-    if not log: return plan
-    return plan, dict(n_iter=int(n_item.max()), n_iter_item=n_item, err=err, converged=~active, log_u=log_u, log_v=log_v, stop_thr=thr)
+        warnings.warn(
+            f"sinkhorn_log: {int(active.sum())} of {active.numel()} problems did not converge in "
+            f"{num_iter_max} "
+            f"iterations (largest marginal error {float(err[active].max()):.2e}, stop_thr "
+            f"{float(thr[active].min()):.1e}); "
+            "increase num_iter_max or reg",
+            SinkhornConvergenceWarning,
+            stacklevel=2,
+        )
+    if not log:
+        return plan
+    return plan, dict(
+        n_iter=int(n_item.max()),
+        n_iter_item=n_item,
+        err=err,
+        converged=~active,
+        log_u=log_u,
+        log_v=log_v,
+        stop_thr=thr,
+    )
 
 # %% ../../nbs/6_appendix/22_sinkhorn_batched.ipynb #702da17e
-def sinkhorn_log2(a:torch.Tensor, # (..., n) source weights
-                  b:torch.Tensor, # (..., m) target weights
-                  M:torch.Tensor, # (..., n, m) cost
-                  reg:float,      # entropic regulariser
-                  log:bool=False, # also return `sinkhorn_log`'s log dict
-                  **kwargs        # passed on to `sinkhorn_log`
-                 ):               # (...,) cost $\langle T, M\rangle$ [, log]
+def sinkhorn_log2(
+    a: torch.Tensor,  # (..., n) source weights
+    b: torch.Tensor,  # (..., m) target weights
+    M: torch.Tensor,  # (..., n, m) cost
+    reg: float,  # entropic regulariser
+    log: bool = False,  # also return `sinkhorn_log`'s log dict
+    **kwargs,  # passed on to `sinkhorn_log`
+):  # (...,) cost $\langle T, M\rangle$ [, log]
     "Transport cost $\\langle T_\\varepsilon, M\\rangle$ of the entropic plan, batched."
     plan, lg = sinkhorn_log(a, b, M, reg, log=True, **kwargs)
-    cost = (plan * torch.as_tensor(M, device=plan.device)).sum((-2, -1))  # (...,) padded entries of the plan are exactly 0
+    # (...,) padded entries of the plan are exactly 0
+    cost = (plan * torch.as_tensor(M, device=plan.device)).sum((-2, -1))
     return (cost, lg) if log else cost

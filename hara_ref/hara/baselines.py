@@ -4,12 +4,21 @@
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #fc0c2c2b
 from __future__ import annotations
-import math, warnings
+import math
+import warnings
 import torch
 from ..appendix.sinkhorn import sinkhorn_log
 from ..ot.entropic import ConvergenceWarning
 from ..appendix.newton import semidual_newton
-from .rollouts import check_rollouts, check_scalar, check_mask, check_labels, Reweighting, base_or_given, apply_weights
+from hara_ref.hara.rollouts import (
+    check_rollouts,
+    check_scalar,
+    check_mask,
+    check_labels,
+    Reweighting,
+    base_or_given,
+    apply_weights,
+)
 
 # %% auto #0
 __all__ = ['SHEAR_SINKHORN', 'window_starts', 'shear_weights', 'shear_cap_note', 'token_entropy', 'entropy_weights',
@@ -17,24 +26,34 @@ __all__ = ['SHEAR_SINKHORN', 'window_starts', 'shear_weights', 'shear_cap_note',
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #b1597dfe
 def window_starts(
-    L:int, # rollout length
-    width:int, # window width w
-    stride:int, # stride s
+    L: int,  # rollout length
+    width: int,  # window width w
+    stride: int,  # stride s
 ) -> list:
-    "Start indices of overlapping windows that cover 0..L-1 (the last one ends at L; one short window if L <= w)."
-    if L <= 0: return []
-    if L <= width: return [0]
+    """Start indices of overlapping windows that cover 0..L-1 (the last one ends at L; one short
+    window if L <= w)."""
+    if L <= 0:
+        return []
+    if L <= width:
+        return [0]
     starts = list(range(0, L - width + 1, stride))
     return starts if starts[-1] == L - width else starts + [L - width]
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #d1d3c18c
 def _prompt_spans(
-    h:torch.Tensor, # (K, T, d) one prompt's rollouts
-    L:list, # K lengths
-    width:int, stride:int,
+    h: torch.Tensor,  # (K, T, d) one prompt's rollouts
+    L: list,  # K lengths
+    width: int,
+    stride: int,
 ) -> tuple:
-    "All windows of one prompt's rollouts: points (n, w, d), weights (n, w), owner (n,), token index (n, w), valid (n, w)."
-    rows = [(k, s, min(width, L[k] - s)) for k in range(len(L)) for s in window_starts(L[k], width, stride)]
+    """All windows of one prompt's rollouts: points (n, w, d), weights (n, w), owner (n,), token
+    index
+    (n, w), valid (n, w)."""
+    rows = [
+        (k, s, min(width, L[k] - s))
+        for k in range(len(L))
+        for s in window_starts(L[k], width, stride)
+    ]
     own, st, ln = (torch.tensor(v, device=h.device) for v in zip(*rows))  # (n,) each
     wmax = int(ln.max())
     off = torch.arange(wmax, device=h.device)  # (w,)
@@ -44,23 +63,26 @@ def _prompt_spans(
     return pts, valid.to(h.dtype) / ln[:, None].to(h.dtype), own, tok, valid
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #79c8214e
-SHEAR_SINKHORN = dict(num_iter_max=100, stop_thr=1e-6)  # window OT solves (ours: distances are O(1))
+# window OT solves (ours: distances are O(1))
+SHEAR_SINKHORN = dict(num_iter_max=100, stop_thr=1e-6)
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #68f39895
 def shear_weights(
-    hidden:torch.Tensor, # (B, T, d) hidden states
-    mask:torch.Tensor, # (B, T) bool
-    rewards:torch.Tensor, # (B,) rewards
-    group_ids:torch.Tensor, # (B,) prompt ids
-    width:int=16, # window width w (SHEAR: 100 at LLM scale)
-    stride:int=4, # stride s (SHEAR: 25)
-    reg:float=0.05, # ε of the entropic W1 (on costs divided by the mean hidden-state norm)
-    sinkhorn_kw:dict|None=None, # more arguments for the window solver (num_iter_max, stop_thr, ...)
-    solver:str='newton', # window OT by 'newton' (`semidual_newton`) or 'sinkhorn' (`sinkhorn_log`)
-    warn:bool=True, # one `ConvergenceWarning` per call if some window problems stopped at their cap
-    log:bool=False, # also return dict(windows, unconverged, err, num_iter_max, solver)
+    hidden: torch.Tensor,  # (B, T, d) hidden states
+    mask: torch.Tensor,  # (B, T) bool
+    rewards: torch.Tensor,  # (B,) rewards
+    group_ids: torch.Tensor,  # (B,) prompt ids
+    width: int = 16,  # window width w (SHEAR: 100 at LLM scale)
+    stride: int = 4,  # stride s (SHEAR: 25)
+    reg: float = 0.05,  # ε of the entropic W1 (on costs divided by the mean hidden-state norm)
+    # more arguments for the window solver (num_iter_max, stop_thr, ...)
+    sinkhorn_kw: dict | None = None,
+    solver: str = 'newton',  # window OT: 'newton' (`semidual_newton`), 'sinkhorn' (`sinkhorn_log`)
+    warn: bool = True,  # one `ConvergenceWarning` per call if window problems stopped at their cap
+    log: bool = False,  # also return dict(windows, unconverged, err, num_iter_max, solver)
 ) -> torch.Tensor:
-    "SHEAR token weights (B, T): max over covering windows of the entropic W1 distance to the nearest opposing-outcome window."
+    """SHEAR token weights (B, T): max over covering windows of the entropic W1 distance to the
+    nearest opposing-outcome window."""
     width = check_scalar('width', width, 1, integer=True)
     stride = check_scalar('stride', stride, 1, integer=True)
     reg = check_scalar('reg', reg, 0, open_low=True)
@@ -68,28 +90,42 @@ def shear_weights(
     if solver not in ('newton', 'sinkhorn'):
         raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
     solve = semidual_newton if solver == 'newton' else sinkhorn_log
-    kw = {**SHEAR_SINKHORN, **(sinkhorn_kw or {}), 'warn': False, 'log': True}  # caps: counted, reported below
-    info = dict(windows=0, unconverged=0, err=0., num_iter_max=kw['num_iter_max'], solver=solver,
-                stop_thr=kw['stop_thr'])
+    # caps: counted, reported below
+    kw = {**SHEAR_SINKHORN, **(sinkhorn_kw or {}), 'warn': False, 'log': True}
+    info = dict(
+        windows=0,
+        unconverged=0,
+        err=0.0,
+        num_iter_max=kw['num_iter_max'],
+        solver=solver,
+        stop_thr=kw['stop_thr'],
+    )
     L = mask.sum(-1)  # (B,)
     w = torch.ones(mask.shape, dtype=hidden.dtype, device=hidden.device)  # (B, T)
     for p in torch.unique(group_ids):
         idx = ((group_ids == p) & (L > 0)).nonzero().flatten()  # (K,)
         r = rewards[idx]
-        if (r == r[0]).all(): continue  # no opposing outcome: weight 1
-        hp = hidden[idx] / hidden[idx].norm(dim=-1)[mask[idx]].mean().clamp(min=torch.finfo(hidden.dtype).tiny)  # (K, T, d)
+        if (r == r[0]).all():
+            continue  # no opposing outcome: weight 1
+        # (K, T, d)
+        hp = hidden[idx] / hidden[idx].norm(dim=-1)[mask[idx]].mean().clamp(
+            min=torch.finfo(hidden.dtype).tiny
+        )
         pts, a, own, tok, valid = _prompt_spans(hp, L[idx].tolist(), width, stride)
         n, wd = pts.shape[:2]
-        M = torch.cdist(pts.flatten(0, 1), pts.flatten(0, 1)).view(n, wd, n, wd).transpose(1, 2)  # (n, n, w, w) ‖h - h'‖
+        # (n, n, w, w) ‖h - h'‖
+        M = torch.cdist(pts.flatten(0, 1), pts.flatten(0, 1)).view(n, wd, n, wd).transpose(1, 2)
         a_src, a_dst = a[:, None].expand(-1, n, -1), a[None].expand(n, -1, -1)  # (n, n, w) each
         plan, lg = solve(a_src, a_dst, M, reg, **kw)  # (n, n, w, w)
         bad = ~lg['converged']  # (n, n) window problems stopped at the cap
-        info['windows'] += bad.numel(); info['unconverged'] += int(bad.sum())
-        info['err'] = max(info['err'], float(lg['err'][bad].max()) if bad.any() else 0.)
+        info['windows'] += bad.numel()
+        info['unconverged'] += int(bad.sum())
+        info['err'] = max(info['err'], float(lg['err'][bad].max()) if bad.any() else 0.0)
         D = (plan * M).sum((-1, -2))  # (n, n) entropic W1 between windows
         opp = r[own][:, None] != r[own][None, :]  # (n, n) windows of opposing outcomes
         Dmin = torch.where(opp, D, torch.full_like(D, float('inf'))).min(-1).values  # (n,)
-        wk = torch.full((len(idx) * mask.shape[1],), -float('inf'), dtype=D.dtype, device=D.device)  # (K*T,)
+        # (K*T,)
+        wk = torch.full((len(idx) * mask.shape[1],), -float('inf'), dtype=D.dtype, device=D.device)
         flat = (own[:, None] * mask.shape[1] + tok)[valid]  # covering pairs (window, token)
         wk.scatter_reduce_(0, flat, Dmin[:, None].expand_as(tok)[valid], reduce='amax')
         w[idx] = torch.where(mask[idx], wk.view(len(idx), -1), torch.ones_like(w[idx]))
@@ -98,16 +134,20 @@ def shear_weights(
     return (w, info) if log else w
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #b139c294
-def shear_cap_note(info:dict # `shear_weights`'s log
-                  ) -> str:  # one line for a record's notes
+def shear_cap_note(
+    info: dict,  # `shear_weights`'s log
+) -> str:  # one line for a record's notes
     "The line that reports SHEAR's window problems stopped at their cap."
-    return (f"SHEAR: {info['unconverged']} of {info['windows']} window OT problems stopped at "
-            f"num_iter_max={info['num_iter_max']} ({info['solver']}) above stop_thr={info['stop_thr']:.0e} "
-            f"(largest marginal error {info['err']:.1e})")
+    return (
+        f"SHEAR: {info['unconverged']} of {info['windows']} window OT problems stopped at "
+        f"num_iter_max={info['num_iter_max']} ({info['solver']}) above "
+        f"stop_thr={info['stop_thr']:.0e} "
+        f"(largest marginal error {info['err']:.1e})"
+    )
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #3aff76a0
 def token_entropy(
-    logits:torch.Tensor, # (B, T, V) logits of the policy at each response position
+    logits: torch.Tensor,  # (B, T, V) logits of the policy at each response position
 ) -> torch.Tensor:
     "Entropy of the next-token distribution, H = logsumexp(l) - Σ softmax(l) l, shape (B, T)."
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
@@ -115,62 +155,101 @@ def token_entropy(
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #5116964d
 def entropy_weights(
-    entropy:torch.Tensor, # (B, T) token entropies H_{i,t}
-    mask:torch.Tensor, # (B, T) bool
-    rho:float=0.2, # ρ, share of the batch's tokens kept (Wang et al.: 0.2)
+    entropy: torch.Tensor,  # (B, T) token entropies H_{i,t}
+    mask: torch.Tensor,  # (B, T) bool
+    rho: float = 0.2,  # ρ, share of the batch's tokens kept (Wang et al.: 0.2)
 ) -> torch.Tensor:
-    "Wang et al.'s forking-token weights (B, T): 1 on the top-ρ highest-entropy real tokens of the batch, else 0 (1 on padding)."
-    mask = check_mask(torch.as_tensor(mask, device=entropy.device), *entropy.shape[:2]) if entropy.ndim == 2 else None
-    if mask is None: raise ValueError(f"entropy must be (B, T), got shape {tuple(entropy.shape)}")
+    """Wang et al.'s forking-token weights (B, T): 1 on the top-ρ highest-entropy real tokens of the
+    batch, else 0 (1 on padding)."""
+    mask = (
+        check_mask(torch.as_tensor(mask, device=entropy.device), *entropy.shape[:2])
+        if entropy.ndim == 2
+        else None
+    )
+    if mask is None:
+        raise ValueError(f"entropy must be (B, T), got shape {tuple(entropy.shape)}")
     rho = check_scalar('rho', rho, 0, 1, open_low=True)
     vals = entropy[mask]  # (N,)
-    if not torch.isfinite(vals).all(): raise ValueError("entropy has NaN/Inf on real tokens")
-    if vals.numel() == 0: return torch.ones_like(entropy)
+    if not torch.isfinite(vals).all():
+        raise ValueError("entropy has NaN/Inf on real tokens")
+    if vals.numel() == 0:
+        return torch.ones_like(entropy)
     thr = torch.topk(vals, math.ceil(rho * vals.numel())).values.min()
     return torch.where(mask, (entropy >= thr).to(entropy.dtype), torch.ones_like(entropy))  # (B, T)
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #4443b7ae
 def position_weights(
-    mask:torch.Tensor, # (B, T) bool
-    lam:float=0.99, # λ, decay per token
-    style:str='recent', # 'recent': λ^(L-t) (credit decays away from the reward); 'early': λ^(t-1)
+    mask: torch.Tensor,  # (B, T) bool
+    lam: float = 0.99,  # λ, decay per token
+    style: str = 'recent',  # 'recent': λ^(L-t) (decays away from the reward); 'early': λ^(t-1)
 ) -> torch.Tensor:
     "Position-only token weights (B, T) (our reading of GRPO-λ's traces), 1 on padding."
     mask = check_mask(torch.as_tensor(mask), *mask.shape) if mask.ndim == 2 else None
-    if mask is None: raise ValueError("mask must be (B, T)")
+    if mask is None:
+        raise ValueError("mask must be (B, T)")
     if style not in ('recent', 'early'):
         raise ValueError(f"style must be 'recent' or 'early', got {style!r}")
     lam = check_scalar('lam', lam, 0, 1, open_low=True)
     t = torch.arange(1, mask.shape[1] + 1, device=mask.device)  # (T,)
-    e = (mask.sum(-1, keepdim=True) - t) if style == 'recent' else (t - 1).expand(mask.shape)  # (B, T)
-    return torch.where(mask, lam ** e.clamp(min=0).double(), torch.ones((), dtype=torch.float64, device=mask.device))  # (B, T)
+    # (B, T)
+    e = (mask.sum(-1, keepdim=True) - t) if style == 'recent' else (t - 1).expand(mask.shape)
+    # (B, T)
+    return torch.where(
+        mask,
+        lam ** e.clamp(min=0).double(),
+        torch.ones((), dtype=torch.float64, device=mask.device),
+    )
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #e7687d36
 def labels_only(hidden, mask, rewards, group_ids) -> tuple:
-    "Checked (mask, rewards, group_ids, dtype) for methods that do not look at hidden states (hidden may be None)."
+    """Checked (mask, rewards, group_ids, dtype) for methods that do not look at hidden states
+    (hidden
+    may be None)."""
     if hidden is not None:
         hidden, mask, rewards, group_ids, _ = check_rollouts(hidden, mask, rewards, group_ids)
         return mask, rewards, group_ids, hidden.dtype
     mask = torch.as_tensor(mask)
-    if mask.ndim != 2: raise ValueError(f"mask must be (B, T), got shape {tuple(mask.shape)}")
+    if mask.ndim != 2:
+        raise ValueError(f"mask must be (B, T), got shape {tuple(mask.shape)}")
     mask = check_mask(mask, *mask.shape)
-    dtype = torch.as_tensor(rewards).dtype if torch.as_tensor(rewards).is_floating_point() else torch.get_default_dtype()
+    dtype = (
+        torch.as_tensor(rewards).dtype
+        if torch.as_tensor(rewards).is_floating_point()
+        else torch.get_default_dtype()
+    )
     dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
     return (mask, *check_labels(rewards, group_ids, mask.shape[0], mask.device, dtype), dtype)
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #60963a41
-def shear_advantages(hidden, mask, rewards, group_ids, base:str='grpo', advantages=None, **shear_kw) -> tuple:
-    "SHEAR: token advantages (B, T) = A_i × SHEAR span-distance weights, and a `Reweighting` record."
+def shear_advantages(
+    hidden, mask, rewards, group_ids, base: str = 'grpo', advantages=None, **shear_kw
+) -> tuple:
+    """SHEAR: token advantages (B, T) = A_i × SHEAR span-distance weights, and a `Reweighting`
+    record."""
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
     w, info = shear_weights(hidden, mask, rewards, group_ids, log=True, **shear_kw)  # (B, T), caps
-    if info['unconverged']: notes.append(shear_cap_note(info))  # `shear_weights` warned
+    if info['unconverged']:
+        notes.append(shear_cap_note(info))  # `shear_weights` warned
     return apply_weights(A, w, mask), Reweighting('shear', A, w, signal=w, notes=notes)
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #797ed46f
-def entropy_advantages(hidden, mask, rewards, group_ids, base:str='grpo', advantages=None, logits_entropy=None, rho:float=0.2) -> tuple:
-    "Forking-token weighting (Wang et al. 2025): A_i on the batch's top-ρ entropy tokens, 0 elsewhere; and a record."
-    if logits_entropy is None: raise ValueError("entropy_advantages needs logits_entropy (B, T), e.g. token_entropy(logits)")
+def entropy_advantages(
+    hidden,
+    mask,
+    rewards,
+    group_ids,
+    base: str = 'grpo',
+    advantages=None,
+    logits_entropy=None,
+    rho: float = 0.2,
+) -> tuple:
+    """Forking-token weighting (Wang et al. 2025): A_i on the batch's top-ρ entropy tokens, 0
+    elsewhere; and a record."""
+    if logits_entropy is None:
+        raise ValueError(
+            "entropy_advantages needs logits_entropy (B, T), e.g. token_entropy(logits)"
+        )
     mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
     H = torch.as_tensor(logits_entropy, device=mask.device).detach().to(dtype)  # (B, T) a value
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
@@ -178,7 +257,16 @@ def entropy_advantages(hidden, mask, rewards, group_ids, base:str='grpo', advant
     return apply_weights(A, w, mask), Reweighting('entropy', A, w, signal=H * mask)
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #48493113
-def position_advantages(hidden, mask, rewards, group_ids, base:str='grpo', advantages=None, lam:float=0.99, style:str='recent') -> tuple:
+def position_advantages(
+    hidden,
+    mask,
+    rewards,
+    group_ids,
+    base: str = 'grpo',
+    advantages=None,
+    lam: float = 0.99,
+    style: str = 'recent',
+) -> tuple:
     "Position weighting (our reading of GRPO-λ): A_i λ^(L_i - t) (or λ^(t-1)), and a record."
     mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)

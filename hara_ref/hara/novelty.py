@@ -8,13 +8,19 @@ import math
 from dataclasses import dataclass, field
 import warnings
 import torch
-from ..ot.fgw_barycenter import sq_dists
 from ..ot.fgw import chain_positions
 from ..appendix.barycenters import group_barycenters, feature_scales, rollout_costs
-from ..ot.lfgw import linear_cost, chain_tau_bar, lift
-from .rollouts import (
-    check_rollouts, check_scalar, check_binary, outcome_groups, pack_slots, group_mean,
-    group_median, group_geometric_median)
+from ..ot.lfgw import linear_cost, chain_tau_bar
+from hara_ref.hara.rollouts import (
+    check_rollouts,
+    check_scalar,
+    check_binary,
+    outcome_groups,
+    pack_slots,
+    group_mean,
+    group_median,
+    group_geometric_median,
+)
 
 # %% auto #0
 __all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'MEDIAN_DEFAULTS', 'token_contributions', 'token_novelty', 'sequence_novelty',
@@ -23,50 +29,55 @@ __all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'MEDIAN_DEFAULTS', 'token_contribu
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #0c7abdf6
 def token_contributions(
-    plan:torch.Tensor, # (..., T, L_b) entropic plan T_i, rows of mass 1/L_i, zero rows on padding
-    cost:torch.Tensor, # (..., T, L_b) lifted cost Ĉ_i
+    plan: torch.Tensor,  # (..., T, L_b) entropic plan T_i, rows of mass 1/L_i, zero rows on padding
+    cost: torch.Tensor,  # (..., T, L_b) lifted cost Ĉ_i
 ) -> torch.Tensor:
     "Token contributions c_t = Σ_j T[t,j] Ĉ[t,j] to the linearized FGW distance, shape (..., T)."
     return (plan * cost).sum(-1)  # (..., T)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #9ec63ce6
 def token_novelty(
-    contrib:torch.Tensor, # (B, T) token contributions c_{i,t}
-    mask:torch.Tensor, # (B, T) bool
+    contrib: torch.Tensor,  # (B, T) token contributions c_{i,t}
+    mask: torch.Tensor,  # (B, T) bool
 ) -> torch.Tensor:
     "Token novelty n_{i,t} = L_i c_{i,t} (0 on padding), shape (B, T)."
     return contrib * mask.sum(-1, keepdim=True).to(contrib.dtype) * mask  # (B, T)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #312da87c
 def sequence_novelty(
-    n_tok:torch.Tensor, # (B, T) token novelty
-    mask:torch.Tensor, # (B, T) bool
+    n_tok: torch.Tensor,  # (B, T) token novelty
+    mask: torch.Tensor,  # (B, T) bool
 ) -> torch.Tensor:
     "Sequence novelty N_i = mean_t n_{i,t} (0 for an empty rollout), shape (B,)."
     return (n_tok * mask).sum(-1) / mask.sum(-1).clamp(min=1).to(n_tok.dtype)  # (B,)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #d93600ed
 def span_novelty(
-    n_tok:torch.Tensor, # (B, T) token novelty
-    mask:torch.Tensor, # (B, T) bool
-    spans:torch.Tensor, # (B, T) long span index of each token (from `span_ids`)
+    n_tok: torch.Tensor,  # (B, T) token novelty
+    mask: torch.Tensor,  # (B, T) bool
+    spans: torch.Tensor,  # (B, T) long span index of each token (from `span_ids`)
 ) -> torch.Tensor:
     "Span novelty n_{i,S} = mean over the span's tokens, handed back per token, shape (B, T)."
     S = int(spans.max()) + 1 if spans.numel() else 1
     w = mask.to(n_tok.dtype)  # (B, T)
-    tot = torch.zeros(n_tok.shape[0], S, dtype=n_tok.dtype, device=n_tok.device).scatter_add_(1, spans, n_tok * w)  # (B, S)
+    # (B, S)
+    tot = torch.zeros(n_tok.shape[0], S, dtype=n_tok.dtype, device=n_tok.device).scatter_add_(
+        1, spans, n_tok * w
+    )
     cnt = torch.zeros_like(tot).scatter_add_(1, spans, w)  # (B, S)
     return (tot / cnt.clamp(min=1)).gather(1, spans) * w  # (B, T)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #b3ee9933
 def relative_novelty(
-    n:torch.Tensor, # (B, T) token/span novelty per token, or (B,) sequence novelty
-    mask:torch.Tensor, # (B, T) bool
-    og:torch.Tensor, # (B,) outcome group of each rollout
+    n: torch.Tensor,  # (B, T) token/span novelty per token, or (B,) sequence novelty
+    mask: torch.Tensor,  # (B, T) bool
+    og: torch.Tensor,  # (B,) outcome group of each rollout
 ) -> torch.Tensor:
-    "Relative novelty x = n / n̄_g, n̄_g the group's mean over tokens (or over rollouts for (B,) input); same shape as n."
+    """Relative novelty x = n / n̄_g, n̄_g the group's mean over tokens (or over rollouts for (B,)
+    input); same shape as n."""
     L = mask.sum(-1).to(n.dtype)  # (B,)
-    val, cnt = ((n * mask).sum(-1), L) if n.ndim == 2 else (n * (L > 0), (L > 0).to(n.dtype))  # (B,), (B,)
+    # (B,), (B,)
+    val, cnt = ((n * mask).sum(-1), L) if n.ndim == 2 else (n * (L > 0), (L > 0).to(n.dtype))
     G = int(og.max()) + 1 if og.numel() else 0
     nbar = torch.zeros(G, dtype=n.dtype, device=n.device).index_add_(0, og, val)  # (G,)
     nbar = (nbar / torch.zeros_like(nbar).index_add_(0, og, cnt).clamp(min=1))[og]  # (B,)
@@ -75,42 +86,49 @@ def relative_novelty(
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #25eb1e75
 def local_assignment(
-    cost:torch.Tensor, # (..., T, L_b) lifted cost Ĉ_i of each token to each barycenter node
-    mask:torch.Tensor, # (..., T) bool, True on real tokens
-    reg:float=0.05, # entropic ε, as in the plans
+    cost: torch.Tensor,  # (..., T, L_b) lifted cost Ĉ_i of each token to each barycenter node
+    mask: torch.Tensor,  # (..., T) bool, True on real tokens
+    reg: float = 0.05,  # entropic ε, as in the plans
 ) -> torch.Tensor:
-    "Semi-relaxed entropic plan q[t,j] = a_t softmax_j(-Ĉ[t,j]/ε): every token placed on the nodes by itself (rows a_t = 1/L, no column constraint); (..., T, L_b)."
+    """Semi-relaxed entropic plan q[t,j] = a_t softmax_j(-Ĉ[t,j]/ε): every token placed on the nodes
+    by itself (rows a_t = 1/L, no column constraint); (..., T, L_b)."""
     a = mask.to(cost.dtype) / mask.sum(-1, keepdim=True).clamp(min=1)  # (..., T)
     return torch.softmax(-cost / reg, -1) * a.unsqueeze(-1)  # (..., T, L_b)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #caa5d446
 def stage_versions(
-    q:torch.Tensor, # (..., T, L_b) assignment of tokens to nodes (zero rows on padding)
-    phi:torch.Tensor, # (..., T, D) lifted tokens φ_t = (√(1-α) h_t, √(2α) τ_t)
+    q: torch.Tensor,  # (..., T, L_b) assignment of tokens to nodes (zero rows on padding)
+    phi: torch.Tensor,  # (..., T, D) lifted tokens φ_t = (√(1-α) h_t, √(2α) τ_t)
 ) -> torch.Tensor:
-    "Each node's version y_j = Σ_t q[t,j] φ_t / Σ_t q[t,j], the barycentric projection (nan where a node gets no mass); (..., L_b, D)."
+    """Each node's version y_j = Σ_t q[t,j] φ_t / Σ_t q[t,j], the barycentric projection (nan where
+    a
+    node gets no mass); (..., L_b, D)."""
     return (q.transpose(-1, -2) @ phi) / q.sum(-2).unsqueeze(-1)  # (..., L_b, D)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #473b3b86
 def version_excess(
-    q:torch.Tensor, # (B, T, L_b) local assignments (`local_assignment`)
-    y:torch.Tensor, # (B, L_b, D) each rollout's stage versions
-    y_ref:torch.Tensor, # (B, L_b, D) its group's versions (`group_geometric_median`)
-    mask:torch.Tensor, # (B, T) bool
+    q: torch.Tensor,  # (B, T, L_b) local assignments (`local_assignment`)
+    y: torch.Tensor,  # (B, L_b, D) each rollout's stage versions
+    y_ref: torch.Tensor,  # (B, L_b, D) its group's versions (`group_geometric_median`)
+    mask: torch.Tensor,  # (B, T) bool
 ) -> tuple:
-    "Stage novelty ν[i,j] = ‖y[i,j] - ȳ[g,j]‖² (B, L_b), token excess e[i,t] = Σ_j (q[t,j]/a_t) ν[i,j] (B, T), sequence excess Σ_j (Σ_t q[t,j]) ν[i,j] (B,)."
-    nu = torch.nan_to_num(((y - y_ref) ** 2).sum(-1), nan=0.)  # (B, L_b); a node without mass carries nothing
+    """Stage novelty ν[i,j] = ‖y[i,j] - ȳ[g,j]‖² (B, L_b), token excess e[i,t] = Σ_j (q[t,j]/a_t)
+    ν[i,j] (B, T), sequence excess Σ_j (Σ_t q[t,j]) ν[i,j] (B,)."""
+    # (B, L_b); a node without mass carries nothing
+    nu = torch.nan_to_num(((y - y_ref) ** 2).sum(-1), nan=0.0)
     a = q.sum(-1)  # (B, T) a_t on real tokens
     e = (q @ nu.unsqueeze(-1)).squeeze(-1) / a.clamp_min(torch.finfo(q.dtype).tiny) * mask  # (B, T)
     return nu, e, (q.sum(-2) * nu).sum(-1)  # (B, L_b), (B, T), (B,)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #ba16c6dd
 def relative_to_group(
-    e:torch.Tensor, # (B, T) token/span excess per token, or (B,) sequence excess
-    nbar:torch.Tensor, # (B,) the group's mean novelty n̄_g of each rollout
-    mask:torch.Tensor, # (B, T) bool
+    e: torch.Tensor,  # (B, T) token/span excess per token, or (B,) sequence excess
+    nbar: torch.Tensor,  # (B,) the group's mean novelty n̄_g of each rollout
+    mask: torch.Tensor,  # (B, T) bool
 ) -> torch.Tensor:
-    "Relative novelty x = 1 + e / n̄_g (1 where n̄_g = 0; 0 on padding for (B, T) input); same shape as e."
+    """Relative novelty x = 1 + e / n̄_g (1 where n̄_g = 0; 0 on padding for (B, T) input); same
+    shape
+    as e."""
     nb = nbar[:, None] if e.ndim == 2 else nbar  # (B, 1) or (B,)
     x = torch.where(nb > 0, 1 + e / nb.clamp(min=torch.finfo(e.dtype).tiny), torch.ones_like(e))
     return x * mask if e.ndim == 2 else x
@@ -119,26 +137,35 @@ def relative_to_group(
 @dataclass
 class Novelty:
     "Novelty of every rollout of a batch relative to its outcome group's linearized barycenter."
-    contrib: torch.Tensor    # (B, T) token contributions c_{i,t} (0 on padding and for uncomputed rollouts)
-    n_tok: torch.Tensor      # (B, T) token novelty n_{i,t} = L_i c_{i,t}
-    n_seq: torch.Tensor      # (B,) sequence novelty N_i
-    og: torch.Tensor         # (B,) outcome group of each rollout
-    group_size: torch.Tensor # (B,) non-empty rollouts in the rollout's outcome group
-    computed: torch.Tensor   # (B,) bool, rollouts whose novelty was computed (others carry 0)
-    slots: torch.Tensor      # (G', K) batch index of each computed group's rollouts, -1 = none
-    barycenters: torch.Tensor # (G', L_b, d) supports z_j of each computed barycenter
-    tau_bar: torch.Tensor    # (L_b,) barycenter positions
-    bary_iters: object = None    # barycenter iterations, the most of any group (from `group_barycenters`)
-    sinkhorn_iters: object = None # Sinkhorn iterations: {'barycenter': total over its iterations, 'final': final plans}
+
+    # (B, T) token contributions c_{i,t} (0 on padding and for uncomputed rollouts)
+    contrib: torch.Tensor
+    n_tok: torch.Tensor  # (B, T) token novelty n_{i,t} = L_i c_{i,t}
+    n_seq: torch.Tensor  # (B,) sequence novelty N_i
+    og: torch.Tensor  # (B,) outcome group of each rollout
+    group_size: torch.Tensor  # (B,) non-empty rollouts in the rollout's outcome group
+    computed: torch.Tensor  # (B,) bool, rollouts whose novelty was computed (others carry 0)
+    slots: torch.Tensor  # (G', K) batch index of each computed group's rollouts, -1 = none
+    barycenters: torch.Tensor  # (G', L_b, d) supports z_j of each computed barycenter
+    tau_bar: torch.Tensor  # (L_b,) barycenter positions
+    # barycenter iterations, the most of any group (from `group_barycenters`)
+    bary_iters: object = None
+    # Sinkhorn iterations: {'barycenter': total over its iterations, 'final': final plans}
+    sinkhorn_iters: object = None
     metric: str = 'fgw'
     notes: list = field(default_factory=list)
-    bary_iters_group: torch.Tensor|None = None # (G',) barycenter iterations of each computed group
-    excess: torch.Tensor|None = None   # (B, T) token excess over the group e_{i,t} (`version_excess`; 0 if not computed)
-    excess_seq: torch.Tensor|None = None # (B,) sequence excess Σ_j m_{i,j} ν_{i,j}
-    nbar: torch.Tensor|None = None     # (B,) the group's mean novelty n̄_g (mean LFGW over the group), 0 if not computed
-    stage_nov: torch.Tensor|None = None # (B, L_b) stage novelty ν_{i,j} = ‖y_{i,j} - ȳ_{g,j}‖² (0 if not computed)
-    group_reference: str = 'geometric' # how ȳ_{g,j} was taken: 'geometric' or 'entrywise' median
-    ref_iters: int|None = None # Weiszfeld steps of the geometric reference (None: entrywise or none)
+    # (G',) barycenter iterations of each computed group
+    bary_iters_group: torch.Tensor | None = None
+    # (B, T) token excess over the group e_{i,t} (`version_excess`; 0 if not computed)
+    excess: torch.Tensor | None = None
+    excess_seq: torch.Tensor | None = None  # (B,) sequence excess Σ_j m_{i,j} ν_{i,j}
+    # (B,) the group's mean novelty n̄_g (mean LFGW over the group), 0 if not computed
+    nbar: torch.Tensor | None = None
+    # (B, L_b) stage novelty ν_{i,j} = ‖y_{i,j} - ȳ_{g,j}‖² (0 if not computed)
+    stage_nov: torch.Tensor | None = None
+    group_reference: str = 'geometric'  # how ȳ_{g,j} was taken: 'geometric' or 'entrywise' median
+    # Weiszfeld steps of the geometric reference (None: entrywise or none)
+    ref_iters: int | None = None
 
     @property
     def bary_sizes(self) -> torch.Tensor:
@@ -147,179 +174,341 @@ class Novelty:
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #26975563
 def _computed_rollouts(
-    og:torch.Tensor, # (B,) outcome groups
-    L:torch.Tensor, # (B,) rollout lengths
-    keep:torch.Tensor|None, # (B,) bool or None
+    og: torch.Tensor,  # (B,) outcome groups
+    L: torch.Tensor,  # (B,) rollout lengths
+    keep: torch.Tensor | None,  # (B,) bool or None
 ) -> tuple:
-    "Rollouts whose novelty is computed (B,) bool, and the non-empty size of each rollout's outcome group (B,)."
+    """Rollouts whose novelty is computed (B,) bool, and the non-empty size of each rollout's
+    outcome
+    group (B,)."""
     present = L > 0  # (B,)
     G = int(og.max()) + 1 if og.numel() else 0
-    size = torch.zeros(G, dtype=torch.long, device=og.device).index_add_(0, og, present.long())  # (G,)
+    # (G,)
+    size = torch.zeros(G, dtype=torch.long, device=og.device).index_add_(0, og, present.long())
     ok = size >= 2  # (G,)
-    if keep is not None: ok &= torch.zeros(G, dtype=torch.long, device=og.device).index_add_(0, og, keep.long()) > 0
+    if keep is not None:
+        ok &= torch.zeros(G, dtype=torch.long, device=og.device).index_add_(0, og, keep.long()) > 0
     return present & ok[og], size[og]
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #7d83f968
-BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=False)  # HARA's `group_barycenters` settings (ours); caps go to notes
+# HARA's `group_barycenters` settings (ours); caps go to notes
+BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=False)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #d2cfc5d3
-FINAL_SINKHORN = dict(num_iter_max=5000, stop_thr=1e-6, warn=False)  # the final plans' solver settings (ours; a cap, never reached by Newton)
+# the final plans' solver settings (ours; a cap, never reached by Newton)
+FINAL_SINKHORN = dict(num_iter_max=5000, stop_thr=1e-6, warn=False)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #9eb14450
-MEDIAN_DEFAULTS = dict(tol=1e-9, max_iter=200)  # the geometric group reference's solver settings (ours); caps go to notes
+# the geometric group reference's solver settings (ours); caps go to notes
+MEDIAN_DEFAULTS = dict(tol=1e-9, max_iter=200)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #0235fdcb
 def _group_notes(
-    rewards:torch.Tensor, # (B,) rewards
-    gsize:torch.Tensor, # (B,) non-empty size of each rollout's outcome group
-    L:torch.Tensor, # (B,) rollout lengths
+    rewards: torch.Tensor,  # (B,) rewards
+    gsize: torch.Tensor,  # (B,) non-empty size of each rollout's outcome group
+    L: torch.Tensor,  # (B,) rollout lengths
 ) -> list:
-    "Notes on how the batch splits into outcome groups: non-binary rewards, no group to compare within."
+    """Notes on how the batch splits into outcome groups: non-binary rewards, no group to compare
+    within."""
     notes = []
     if not ((rewards == 0) | (rewards == 1)).all():
-        notes.append(f"rewards are not binary ({len(torch.unique(rewards))} distinct values): an outcome group is the rollouts of one prompt with exactly equal rewards")
+        notes.append(
+            f"rewards are not binary ({len(torch.unique(rewards))} distinct values): an outcome "
+            "group is the rollouts of one prompt with exactly equal rewards"
+        )
     if (L > 0).any() and not (gsize[L > 0] >= 2).any():
-        notes.append("every rollout is alone in its outcome group: nothing to compare with, every HARA weight is 1")
+        notes.append(
+            "every rollout is alone in its outcome group: nothing to compare with, every HARA "
+            "weight is 1"
+        )
     return notes
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #a548da0f
-def _cap_notes(info:dict, bary_kw:dict, final_kw:dict|None, kind:str='linearized') -> list:
-    "One note per cap the barycenter solver hit (outer iterations, final plans, exact FGW plans); `kind`: the barycenter."
+def _cap_notes(info: dict, bary_kw: dict, final_kw: dict | None, kind: str = 'linearized') -> list:
+    """One note per cap the barycenter solver hit (outer iterations, final plans, exact FGW plans);
+    `kind`: the barycenter."""
     notes = []
     if not info['converged']:
         bad = int((~info['converged_group']).sum())
-        notes.append(f"{kind} barycenter: {bad} of {len(info['converged_group'])} outcome groups stopped at max_iter={bary_kw['max_iter']} "
-                     f"without reaching tol={bary_kw['tol']:.0e}")
+        notes.append(
+            f"{kind} barycenter: {bad} of {len(info['converged_group'])} outcome groups stopped at "
+            f"max_iter={bary_kw['max_iter']} "
+            f"without reaching tol={bary_kw['tol']:.0e}"
+        )
     if final_kw is not None and info.get('final_unconverged', 0):
-        notes.append(f"final plans: {info['final_unconverged']} Sinkhorn problems stopped at num_iter_max={final_kw['num_iter_max']} "
-                     f"above stop_thr={final_kw['stop_thr']:.0e} (largest marginal error {float(info['marginal_err'].max()):.1e})")
+        notes.append(
+            f"final plans: {info['final_unconverged']} Sinkhorn problems stopped at "
+            f"num_iter_max={final_kw['num_iter_max']} "
+            f"above stop_thr={final_kw['stop_thr']:.0e} (largest marginal error "
+            f"{float(info['marginal_err'].max()):.1e})"
+        )
     if info.get('fgw_unconverged', 0):
-        notes.append(f"{kind} barycenter: {info['fgw_unconverged']} FGW plans of the last iterations stopped at "
-                     "fgw's max_iter")
+        notes.append(
+            f"{kind} barycenter: {info['fgw_unconverged']} FGW plans of the last iterations "
+            "stopped at "
+            "fgw's max_iter"
+        )
     return notes
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #86c8c68b
-def _median_notes(info:dict, median_kw:dict|None) -> list:
+def _median_notes(info: dict, median_kw: dict | None) -> list:
     "A note when the geometric group reference stopped at its cap on some stages."
-    if info['converged']: return []
+    if info['converged']:
+        return []
     mk = {**MEDIAN_DEFAULTS, **(median_kw or {})}
-    return [f"geometric group reference: {info['unconverged']} of {info['nodes']} stage medians stopped at "
-            f"max_iter={mk['max_iter']} above tol={mk['tol']:.0e}"]
+    return [
+        f"geometric group reference: {info['unconverged']} of {info['nodes']} stage medians "
+        "stopped at "
+        f"max_iter={mk['max_iter']} above tol={mk['tol']:.0e}"
+    ]
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #430ea7bf
 def stage_novelty(
-    hidden:torch.Tensor, # (B, T, d) hidden states (checked)
-    mask:torch.Tensor, # (B, T) bool, a prefix of each row
-    gc:torch.Tensor, # (B,) computed group of each rollout in [0, G'), -1 = not computed
-    Z:torch.Tensor, # (G', L_b, d) barycenter supports
-    og:torch.Tensor, # (B,) outcome group of each rollout (whose median)
-    alpha:float=0.25, reg:float=0.05, normalize:str='unit', # as the barycenter was computed
-    group_reference:str='geometric', # ȳ: 'geometric' (`group_geometric_median`) | 'entrywise' (`group_median`)
-    median_kw:dict|None=None, # tol, max_iter of `group_geometric_median` (default `MEDIAN_DEFAULTS`)
+    hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
+    mask: torch.Tensor,  # (B, T) bool, a prefix of each row
+    gc: torch.Tensor,  # (B,) computed group of each rollout in [0, G'), -1 = not computed
+    Z: torch.Tensor,  # (G', L_b, d) barycenter supports
+    og: torch.Tensor,  # (B,) outcome group of each rollout (whose median)
+    alpha: float = 0.25,  # FGW trade-off, as the barycenter was computed
+    reg: float = 0.05,  # entropic ε, likewise
+    normalize: str = 'unit',  # feature normalisation, likewise
+    # ȳ: 'geometric' (`group_geometric_median`) | 'entrywise' (`group_median`)
+    group_reference: str = 'geometric',
+    # tol, max_iter of `group_geometric_median` (default `MEDIAN_DEFAULTS`)
+    median_kw: dict | None = None,
 ) -> tuple:
-    """Stage novelty ν (B, L_b), token excess e (B, T), sequence excess (B,) of the computed rollouts
+    """Stage novelty ν (B, L_b), token excess e (B, T), sequence excess (B,) of the computed
+    rollouts
     (0 elsewhere), and the geometric median's info (None for 'entrywise')."""
     B, T, d = hidden.shape
     nu, e, e_seq = hidden.new_zeros(B, Z.shape[-2]), hidden.new_zeros(B, T), hidden.new_zeros(B)
-    rows, ends = (gc >= 0).nonzero().flatten(), mask.sum(-1)  # (R,), (B,) prefix masks: one past the last real token
-    if rows.numel() == 0: return nu, e, e_seq, None
+    # (R,), (B,) prefix masks: one past the last real token
+    rows, ends = (gc >= 0).nonzero().flatten(), mask.sum(-1)
+    if rows.numel() == 0:
+        return nu, e, e_seq, None
     h, s, hh = feature_scales(hidden, mask, normalize)  # (B, T, d), (B, T), (B, T)
     tau = chain_positions(mask, hidden.dtype)  # (B, T)
-    pos = alpha * linear_cost(tau, chain_tau_bar(Z.shape[-2], hidden.dtype, hidden.device)) * mask.unsqueeze(-1) if alpha else None  # (B, T, L_b)
-    q = local_assignment(rollout_costs(h, s, hh, pos, mask, Z, gc.clamp(min=0), rows, ends, alpha), mask[rows], reg)  # (R, T, L_b)
-    qs, y = q * s[rows].unsqueeze(-1), hidden.new_zeros(len(rows), Z.shape[-2], d + 1)  # (R, T, L_b), (R, L_b, d+1)
+    # (B, T, L_b)
+    pos = (
+        alpha
+        * linear_cost(tau, chain_tau_bar(Z.shape[-2], hidden.dtype, hidden.device))
+        * mask.unsqueeze(-1)
+        if alpha
+        else None
+    )
+    # (R, T, L_b)
+    q = local_assignment(
+        rollout_costs(h, s, hh, pos, mask, Z, gc.clamp(min=0), rows, ends, alpha), mask[rows], reg
+    )
+    # (R, T, L_b), (R, L_b, d+1)
+    qs, y = q * s[rows].unsqueeze(-1), hidden.new_zeros(len(rows), Z.shape[-2], d + 1)
     for k, (i, n) in enumerate(zip(rows.tolist(), ends[rows].tolist())):
-        torch.mm(qs[k, :n].T, h[i, :n], out=y[k, :, :d])  # (L_b, d) Σ_t q[t,j] s_t h_t: the scaled features, never copied
+        # (L_b, d) Σ_t q[t,j] s_t h_t: the scaled features, never copied
+        torch.mm(qs[k, :n].T, h[i, :n], out=y[k, :, :d])
     y[..., :d] *= math.sqrt(1 - alpha)
-    y[..., d] = math.sqrt(2 * alpha) * (q * tau[rows].unsqueeze(-1)).sum(-2)  # (R, L_b) the position coordinate
+    # (R, L_b) the position coordinate
+    y[..., d] = math.sqrt(2 * alpha) * (q * tau[rows].unsqueeze(-1)).sum(-2)
     y /= q.sum(-2).unsqueeze(-1)  # (R, L_b, d+1) = `stage_versions(q, φ)`
     member, info = torch.ones_like(rows, dtype=torch.bool), None  # (R,)
-    if group_reference == 'entrywise': y_ref = group_median(y, og[rows], member)  # (R, L_b, d+1)
+    if group_reference == 'entrywise':
+        y_ref = group_median(y, og[rows], member)  # (R, L_b, d+1)
     else:
-        mk = {**MEDIAN_DEFAULTS, **(median_kw or {}), 'warn': False}  # a cap goes to hara_novelty's notes
+        # a cap goes to hara_novelty's notes
+        mk = {**MEDIAN_DEFAULTS, **(median_kw or {}), 'warn': False}
         y_ref, info = group_geometric_median(y, og[rows], member, **mk)  # (R, L_b, d+1)
     nu[rows], e[rows], e_seq[rows] = version_excess(q, y, y_ref, mask[rows])
     return nu, e, e_seq, info
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #943c4635
 def hara_novelty(
-    hidden:torch.Tensor, # (B, T, d) hidden states of the response tokens
-    mask:torch.Tensor, # (B, T) bool, True on a prefix of each row
-    rewards:torch.Tensor, # (B,) rewards
-    group_ids:torch.Tensor, # (B,) integer prompt ids
-    keep:torch.Tensor|None=None, # (B,) bool: compute only outcome groups with a kept member (default all)
-    metric:str='fgw', # 'fgw' | 'w' (α=0) | 'gw' (α=1) | 'embed' (barycenter mean to last hidden state)
-    alpha:float=0.25, # α of FGW (paper: 0.25)
-    L_b:int=32, # barycenter size (paper: 32)
-    reg:float=0.05, # entropic ε (paper: 0.05)
-    normalize:str='unit', # feature normalisation (ours: unit norm)
-    bary_kw:dict|None=None, # more keyword arguments for `group_barycenters` (max_iter, tol, inner_iter, warn, ...), or `exact_group_barycenters`
-    final_plans:bool=True, # solve one more Sinkhorn to the returned barycenter (False: reuse the last iteration's plans)
-    sinkhorn_kw:dict|None=None, # keyword arguments for that final `sinkhorn_log` (num_iter_max, stop_thr, ...)
-    checked:bool=False, # the inputs already went through `check_rollouts` (skip a second pass over hidden)
-    barycenter:str='linearized', # 'linearized' (`group_barycenters`) | 'exact' (chapter 25_exact's `exact_group_barycenters`; no final plans)
-    group_reference:str='geometric', # the group's stage versions: 'geometric' median (ours) | 'entrywise' median
-    median_kw:dict|None=None, # tol, max_iter of the geometric median (`MEDIAN_DEFAULTS`)
+    hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens
+    mask: torch.Tensor,  # (B, T) bool, True on a prefix of each row
+    rewards: torch.Tensor,  # (B,) rewards
+    group_ids: torch.Tensor,  # (B,) integer prompt ids
+    # (B,) bool: compute only outcome groups with a kept member (default all)
+    keep: torch.Tensor | None = None,
+    # 'fgw' | 'w' (α=0) | 'gw' (α=1) | 'embed' (barycenter mean to last hidden state)
+    metric: str = 'fgw',
+    alpha: float = 0.25,  # α of FGW (paper: 0.25)
+    L_b: int = 32,  # barycenter size (paper: 32)
+    reg: float = 0.05,  # entropic ε (paper: 0.05)
+    normalize: str = 'unit',  # feature normalisation (ours: unit norm)
+    # more keyword arguments for `group_barycenters` (max_iter, tol, inner_iter, warn, ...), or
+    # `exact_group_barycenters`
+    bary_kw: dict | None = None,
+    # solve one more Sinkhorn to the returned barycenter (False: reuse the last iteration's plans)
+    final_plans: bool = True,
+    # keyword arguments for that final `sinkhorn_log` (num_iter_max, stop_thr, ...)
+    sinkhorn_kw: dict | None = None,
+    # the inputs already went through `check_rollouts` (skip a second pass over hidden)
+    checked: bool = False,
+    # 'linearized' (`group_barycenters`) | 'exact' (chapter 25_exact's `exact_group_barycenters`; no
+    # final plans)
+    barycenter: str = 'linearized',
+    # the group's stage versions: 'geometric' median (ours) | 'entrywise' median
+    group_reference: str = 'geometric',
+    median_kw: dict | None = None,  # tol, max_iter of the geometric median (`MEDIAN_DEFAULTS`)
 ) -> Novelty:
-    "Token and sequence novelty of every rollout relative to its outcome group's barycenter, linearized or exact (nbs/hara_math.ipynb §6)."
-    hidden, mask, rewards, group_ids, notes = (hidden, mask, rewards, group_ids, []) if checked else check_rollouts(hidden, mask, rewards, group_ids)
-    if metric not in ('fgw', 'w', 'gw', 'embed'): raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {metric!r}")
-    if barycenter not in ('linearized', 'exact'): raise ValueError(f"barycenter must be 'linearized' or 'exact', got {barycenter!r}")
+    """Token and sequence novelty of every rollout relative to its outcome group's barycenter,
+    linearized or exact (nbs/hara_math.ipynb §6)."""
+    hidden, mask, rewards, group_ids, notes = (
+        (hidden, mask, rewards, group_ids, [])
+        if checked
+        else check_rollouts(hidden, mask, rewards, group_ids)
+    )
+    if metric not in ('fgw', 'w', 'gw', 'embed'):
+        raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {metric!r}")
+    if barycenter not in ('linearized', 'exact'):
+        raise ValueError(f"barycenter must be 'linearized' or 'exact', got {barycenter!r}")
     if group_reference not in ('geometric', 'entrywise'):
-        raise ValueError(f"group_reference must be 'geometric' or 'entrywise', got {group_reference!r}")
+        raise ValueError(
+            f"group_reference must be 'geometric' or 'entrywise', got {group_reference!r}"
+        )
     if normalize not in ('unit', 'none', 'mean_norm'):
         raise ValueError(f"normalize must be 'unit', 'none' or 'mean_norm', got {normalize!r}")
-    alpha = {'w': 0., 'gw': 1.}.get(metric, check_scalar('alpha', alpha, 0, 1))  # checked always
+    alpha = {'w': 0.0, 'gw': 1.0}.get(metric, check_scalar('alpha', alpha, 0, 1))  # checked always
     reg, L_b = check_scalar('reg', reg, 0, open_low=True), check_scalar('L_b', L_b, 1, integer=True)
     (B, T, d), L = hidden.shape, mask.sum(-1)  # L: (B,)
-    if keep is not None: keep = check_binary('keep', torch.as_tensor(keep, device=mask.device))
+    if keep is not None:
+        keep = check_binary('keep', torch.as_tensor(keep, device=mask.device))
     if keep is not None and tuple(keep.shape) != (B,):
         raise ValueError(f"keep must have shape ({B},), got {tuple(keep.shape)}")
     og, _ = outcome_groups(rewards, group_ids)
     computed, gsize = _computed_rollouts(og, L, keep)  # (B,), (B,)
     notes += _group_notes(rewards, gsize, L)
-    slots = pack_slots(og, computed)  # (G', K) the computed groups' members (a record: the barycenter reads `hidden` in place)
+    # (G', K) the computed groups' members (a record: the barycenter reads `hidden` in place)
+    slots = pack_slots(og, computed)
     zeros = hidden.new_zeros(B, T)  # (B, T)
-    contrib, excess, excess_seq, nbar, stage_nov = zeros, zeros, hidden.new_zeros(B), hidden.new_zeros(B), hidden.new_zeros(B, L_b)
+    contrib, excess, excess_seq, nbar, stage_nov = (
+        zeros,
+        zeros,
+        hidden.new_zeros(B),
+        hidden.new_zeros(B),
+        hidden.new_zeros(B, L_b),
+    )
     ref_iters = None  # Weiszfeld steps of the geometric group reference
-    Z, tau_bar, it, sk, iters = hidden.new_zeros(0, L_b, d), torch.linspace(0, 1, L_b, dtype=hidden.dtype, device=hidden.device), None, None, torch.zeros(0, dtype=torch.long)
+    Z, tau_bar, it, sk, iters = (
+        hidden.new_zeros(0, L_b, d),
+        torch.linspace(0, 1, L_b, dtype=hidden.dtype, device=hidden.device),
+        None,
+        None,
+        torch.zeros(0, dtype=torch.long),
+    )
     if slots.numel():
-        groups = torch.unique(og[computed])  # (G',) computed outcome groups, in the order of `slots`
-        gc = torch.where(computed, torch.searchsorted(groups, og), -1)  # (B,) computed group of each rollout, -1 = none
-        fs = {**FINAL_SINKHORN, **(sinkhorn_kw or {})} if final_plans and metric != 'embed' and barycenter == 'linearized' else None
-        if fs is not None and 'stop_thr' not in (sinkhorn_kw or {}): fs['stop_thr'] = max(fs['stop_thr'], 100 * torch.finfo(hidden.dtype).eps)  # float32: rounding level
-        if barycenter == 'exact': from hara_ref.appendix.exact import EXACT_DEFAULTS, exact_group_barycenters  # here: hara_ref.appendix.exact imports this module
+        # (G',) computed outcome groups, in the order of `slots`
+        groups = torch.unique(og[computed])
+        # (B,) computed group of each rollout, -1 = none
+        gc = torch.where(computed, torch.searchsorted(groups, og), -1)
+        fs = (
+            {**FINAL_SINKHORN, **(sinkhorn_kw or {})}
+            if final_plans and metric != 'embed' and barycenter == 'linearized'
+            else None
+        )
+        # float32: rounding level
+        if fs is not None and 'stop_thr' not in (sinkhorn_kw or {}):
+            fs['stop_thr'] = max(fs['stop_thr'], 100 * torch.finfo(hidden.dtype).eps)
+        # here: hara_ref.appendix.exact imports this module
+        if barycenter == 'exact':
+            from hara_ref.appendix.exact import EXACT_DEFAULTS, exact_group_barycenters
         bk = {**(EXACT_DEFAULTS if barycenter == 'exact' else BARY_DEFAULTS), **(bary_kw or {})}
-        Z, info = (exact_group_barycenters(hidden, mask, gc, len(groups), alpha=alpha, L_b=L_b, normalize=normalize, **bk) if barycenter == 'exact'
-                   else group_barycenters(hidden, mask, gc, len(groups), alpha=alpha, L_b=L_b, reg=reg, normalize=normalize, final_sinkhorn=fs, **bk))  # (G', L_b, d)
-        tau_bar, it, sk, iters = info['tau_bar'].to(hidden.dtype), info['n_iter'], {'barycenter': info['sinkhorn_iters']}, info['n_iter_group']
-        if fs is not None: sk['final'] = info['final_sinkhorn_iters']
+        Z, info = (
+            exact_group_barycenters(
+                hidden, mask, gc, len(groups), alpha=alpha, L_b=L_b, normalize=normalize, **bk
+            )
+            if barycenter == 'exact'
+            # (G', L_b, d)
+            else group_barycenters(
+                hidden,
+                mask,
+                gc,
+                len(groups),
+                alpha=alpha,
+                L_b=L_b,
+                reg=reg,
+                normalize=normalize,
+                final_sinkhorn=fs,
+                **bk,
+            )
+        )
+        tau_bar, it, sk, iters = (
+            info['tau_bar'].to(hidden.dtype),
+            info['n_iter'],
+            {'barycenter': info['sinkhorn_iters']},
+            info['n_iter_group'],
+        )
+        if fs is not None:
+            sk['final'] = info['final_sinkhorn_iters']
         caps = _cap_notes(info, bk, fs, barycenter)
-        for n in caps: warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)
+        for n in caps:
+            warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)
         notes += caps
-        contrib = _embed_contributions(hidden, mask, gc, Z, normalize) if metric == 'embed' else info['token_cost']  # (B, T)
-        nbar = group_mean(contrib.sum(-1), og, computed) * computed  # (B,) the group's mean novelty (mean LFGW for the plan metrics)
-        if metric == 'embed':  # no plan: the sequence-level distance, compared with the group's mean
-            excess_seq = (contrib.sum(-1) - nbar) * computed; excess = excess_seq[:, None] * mask  # (B,), (B, T)
+        # (B, T)
+        contrib = (
+            _embed_contributions(hidden, mask, gc, Z, normalize)
+            if metric == 'embed'
+            else info['token_cost']
+        )
+        # (B,) the group's mean novelty (mean LFGW for the plan metrics)
+        nbar = group_mean(contrib.sum(-1), og, computed) * computed
+        # no plan: the sequence-level distance, compared with the group's mean
+        if metric == 'embed':
+            # (B,), (B, T)
+            excess_seq = (contrib.sum(-1) - nbar) * computed
+            excess = excess_seq[:, None] * mask
         else:
             stage_nov, excess, excess_seq, ref = stage_novelty(
-                hidden, mask, gc, Z, og, alpha, reg, normalize, group_reference, median_kw)  # (B, L_b), (B, T), (B,)
-            ref_iters, caps = (None, []) if ref is None else (ref['n_iter'], _median_notes(ref, median_kw))
-            for n in caps: warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)
+                # (B, L_b), (B, T), (B,)
+                hidden,
+                mask,
+                gc,
+                Z,
+                og,
+                alpha,
+                reg,
+                normalize,
+                group_reference,
+                median_kw,
+            )
+            ref_iters, caps = (
+                (None, []) if ref is None else (ref['n_iter'], _median_notes(ref, median_kw))
+            )
+            for n in caps:
+                warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)
             notes += caps
     n_tok = token_novelty(contrib, mask)  # (B, T)
-    return Novelty(contrib, n_tok, sequence_novelty(n_tok, mask), og, gsize, computed, slots, Z, tau_bar, it, sk, metric, notes,
-                   iters, excess, excess_seq, nbar, stage_nov, group_reference, ref_iters)
+    return Novelty(
+        contrib,
+        n_tok,
+        sequence_novelty(n_tok, mask),
+        og,
+        gsize,
+        computed,
+        slots,
+        Z,
+        tau_bar,
+        it,
+        sk,
+        metric,
+        notes,
+        iters,
+        excess,
+        excess_seq,
+        nbar,
+        stage_nov,
+        group_reference,
+        ref_iters,
+    )
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #83246ab3
 def _embed_contributions(
-    hidden:torch.Tensor, # (B, T, d) hidden states (checked)
-    mask:torch.Tensor, # (B, T) bool
-    gc:torch.Tensor, # (B,) computed group of each rollout, -1 = none
-    Z:torch.Tensor, # (G', L_b, d) barycenter supports
-    normalize:str, # feature normalisation, as the barycenter saw the features
+    hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
+    mask: torch.Tensor,  # (B, T) bool
+    gc: torch.Tensor,  # (B,) computed group of each rollout, -1 = none
+    Z: torch.Tensor,  # (G', L_b, d) barycenter supports
+    normalize: str,  # feature normalisation, as the barycenter saw the features
 ) -> torch.Tensor:
-    "Contributions (B, T) whose sum over tokens is ‖mean_j z_j - h_last‖ (Table 2's embedding distance); 0 if not computed."
+    """Contributions (B, T) whose sum over tokens is ‖mean_j z_j - h_last‖ (Table 2's embedding
+    distance); 0 if not computed."""
     L = mask.sum(-1)  # (B,)
     h, s, _ = feature_scales(hidden, mask, normalize)  # (B, T, d) possibly rescaled rows, (B, T)
     i, t = torch.arange(len(L), device=L.device), (L - 1).clamp(min=0)  # (B,), (B,)

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #1457319e
 from __future__ import annotations
-import math, numbers
+import math
+import numbers
 from dataclasses import dataclass, field
 import warnings
 import torch
@@ -17,67 +18,102 @@ __all__ = ['check_rollouts', 'check_mask', 'check_labels', 'check_scalar', 'chec
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #e5fa9479
 def check_rollouts(
-    hidden:torch.Tensor, # (B, T, d) hidden states of the response tokens
-    mask:torch.Tensor, # (B, T) bool (or 0/1), True on real tokens, a prefix of each row
-    rewards:torch.Tensor, # (B,) verifiable rewards
-    group_ids:torch.Tensor, # (B,) integer prompt id of each rollout
+    hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens
+    mask: torch.Tensor,  # (B, T) bool (or 0/1), True on real tokens, a prefix of each row
+    rewards: torch.Tensor,  # (B,) verifiable rewards
+    group_ids: torch.Tensor,  # (B,) integer prompt id of each rollout
 ) -> tuple:
     "Validate a batch: (hidden, NaN/Inf padding zeroed; bool mask; rewards; ids; notes), detached."
-    if hasattr(hidden, '__array__') and not isinstance(hidden, torch.Tensor): hidden = torch.as_tensor(hidden)  # numpy arrays are accepted
-    if isinstance(hidden, torch.Tensor): hidden = hidden.detach()  # weights carry no gradient
-    if not isinstance(hidden, torch.Tensor) or hidden.ndim != 3: raise ValueError(f"hidden must be a (B, T, d) tensor, got shape {tuple(getattr(hidden, 'shape', ()))}")
-    if not hidden.is_floating_point(): raise TypeError(f"hidden must be floating point, got {hidden.dtype}")
-    B, T, d, notes = *hidden.shape, []
+    # numpy arrays are accepted
+    if hasattr(hidden, '__array__') and not isinstance(hidden, torch.Tensor):
+        hidden = torch.as_tensor(hidden)
+    if isinstance(hidden, torch.Tensor):
+        hidden = hidden.detach()  # weights carry no gradient
+    if not isinstance(hidden, torch.Tensor) or hidden.ndim != 3:
+        raise ValueError(
+            f"hidden must be a (B, T, d) tensor, got shape {tuple(getattr(hidden, 'shape', ()))}"
+        )
+    if not hidden.is_floating_point():
+        raise TypeError(f"hidden must be floating point, got {hidden.dtype}")
+    B, T, notes = *hidden.shape[:2], []
     if hidden.dtype in (torch.float16, torch.bfloat16):
-        notes.append(f"hidden upcast from {hidden.dtype} to torch.float32"); hidden = hidden.float()
+        notes.append(f"hidden upcast from {hidden.dtype} to torch.float32")
+        hidden = hidden.float()
     mask = check_mask(torch.as_tensor(mask, device=hidden.device), B, T)
-    norms = torch.linalg.vector_norm(hidden, dim=-1)  # (B, T) one pass over hidden; NaN/Inf show up here
-    if (mask & ~torch.isfinite(norms)).any():  # exact check only then (a norm can also overflow on finite values)
+    # (B, T) one pass over hidden; NaN/Inf show up here
+    norms = torch.linalg.vector_norm(hidden, dim=-1)
+    # exact check only then (a norm can also overflow on finite values)
+    if (mask & ~torch.isfinite(norms)).any():
         bad = mask & ~torch.isfinite(hidden).all(-1)  # (B, T)
-        if bad.any(): i, t = bad.nonzero()[0].tolist(); raise ValueError(f"hidden has NaN/Inf on real tokens (first at rollout {i}, token {t})")
+        if bad.any():
+            i, t = bad.nonzero()[0].tolist()
+            raise ValueError(f"hidden has NaN/Inf on real tokens (first at rollout {i}, token {t})")
     zero = mask & (norms == 0)  # (B, T) a norm can underflow to 0 on tiny entries: exact check then
     if zero.any() and (zero := zero & ~(hidden != 0).any(-1)).any():  # a zero vector: no direction
         i, t = zero.nonzero()[0].tolist()
-        raise ValueError(f"hidden is all zero on a real token (first at rollout {i}, token {t}): "
-                         "degenerate hidden states")
-    if not torch.isfinite(norms).all():  # NaN/Inf on padding: zero the padding (a copy, only then); finite padding is never read
-        hidden = hidden.masked_fill(~mask[..., None], 0.)  # (B, T, d)
+        raise ValueError(
+            f"hidden is all zero on a real token (first at rollout {i}, token {t}): "
+            "degenerate hidden states"
+        )
+    # NaN/Inf on padding: zero the padding (a copy, only then); finite padding is never read
+    if not torch.isfinite(norms).all():
+        hidden = hidden.masked_fill(~mask[..., None], 0.0)  # (B, T, d)
     rewards, group_ids = check_labels(rewards, group_ids, B, hidden.device, hidden.dtype)
     return hidden, mask, rewards, group_ids, notes
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #83a2e384
-def check_mask(mask:torch.Tensor, B:int, T:int) -> torch.Tensor:
-    "A (B, T) bool mask that is True on a prefix of every row, or a ValueError saying what is wrong."
-    if tuple(mask.shape) != (B, T): raise ValueError(f"mask must have shape (B, T) = {(B, T)}, got {tuple(mask.shape)}")
+def check_mask(mask: torch.Tensor, B: int, T: int) -> torch.Tensor:
+    """A (B, T) bool mask that is True on a prefix of every row, or a ValueError saying what is
+    wrong."""
+    if tuple(mask.shape) != (B, T):
+        raise ValueError(f"mask must have shape (B, T) = {(B, T)}, got {tuple(mask.shape)}")
     mask = check_binary('mask', mask)  # (B, T)
     L = mask.sum(-1, keepdim=True)  # (B, 1)
     holes = (mask != (torch.arange(T, device=mask.device) < L)).any(-1)  # (B,)
-    if holes.any(): raise ValueError(f"mask has holes or left padding in rows {holes.nonzero().flatten().tolist()[:8]}: each row must be True on a prefix (right padding)")
+    if holes.any():
+        raise ValueError(
+            f"mask has holes or left padding in rows {holes.nonzero().flatten().tolist()[:8]}: "
+            "each row must be True on a prefix (right padding)"
+        )
     return mask
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #80de1a86
-def check_labels(rewards, group_ids, B:int, device, dtype) -> tuple:
-    "Rewards (B,) finite, cast to `dtype`, and integer prompt ids (B,) long, or an error naming the problem."
-    rewards, group_ids = torch.as_tensor(rewards, device=device), torch.as_tensor(group_ids, device=device)
-    if tuple(rewards.shape) != (B,): raise ValueError(f"rewards must have shape (B,) = ({B},), got {tuple(rewards.shape)}")
-    if tuple(group_ids.shape) != (B,): raise ValueError(f"group_ids must have shape (B,) = ({B},), got {tuple(group_ids.shape)}")
-    if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool: raise TypeError(f"group_ids must be integer prompt ids, got {group_ids.dtype}")
+def check_labels(rewards, group_ids, B: int, device, dtype) -> tuple:
+    """Rewards (B,) finite, cast to `dtype`, and integer prompt ids (B,) long, or an error naming
+    the
+    problem."""
+    rewards, group_ids = (
+        torch.as_tensor(rewards, device=device),
+        torch.as_tensor(group_ids, device=device),
+    )
+    if tuple(rewards.shape) != (B,):
+        raise ValueError(f"rewards must have shape (B,) = ({B},), got {tuple(rewards.shape)}")
+    if tuple(group_ids.shape) != (B,):
+        raise ValueError(f"group_ids must have shape (B,) = ({B},), got {tuple(group_ids.shape)}")
+    if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
+        raise TypeError(f"group_ids must be integer prompt ids, got {group_ids.dtype}")
     rewards = rewards.detach().to(dtype)  # (B,) a value: no graph goes into the advantages
-    if not torch.isfinite(rewards).all(): raise ValueError("rewards contain NaN/Inf")
+    if not torch.isfinite(rewards).all():
+        raise ValueError("rewards contain NaN/Inf")
     return rewards, group_ids.long()
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #7937ea7e
 def check_scalar(
-    name:str, # the parameter's name, as the error reports it
-    v, # a Python, numpy or one-element torch number
-    lo:float=-math.inf, # smallest value allowed
-    hi:float=math.inf, # largest value allowed
-    open_low:bool=False, # `lo` itself is not allowed: the range is (lo, hi]
-    integer:bool=False, # `v` must have an integer type (then an int comes back)
-) -> float|int:
+    name: str,  # the parameter's name, as the error reports it
+    v,  # a Python, numpy or one-element torch number
+    lo: float = -math.inf,  # smallest value allowed
+    hi: float = math.inf,  # largest value allowed
+    open_low: bool = False,  # `lo` itself is not allowed: the range is (lo, hi]
+    integer: bool = False,  # `v` must have an integer type (then an int comes back)
+) -> float | int:
     "`v` as a Python float (int with `integer`), or an error naming `name`, the value, the range."
-    rng = (f"in {'(' if open_low else '['}{lo:g}, {hi:g}]" if hi < math.inf
-           else f"{'>' if open_low else '>='} {lo:g}" if lo > -math.inf else "")
+    rng = (
+        f"in {'(' if open_low else '['}{lo:g}, {hi:g}]"
+        if hi < math.inf
+        else f"{'>' if open_low else '>='} {lo:g}"
+        if lo > -math.inf
+        else ""
+    )
     kind = f"{'an integer' if integer else 'a finite real number'} {rng}".strip()
     if hasattr(v, 'shape') and hasattr(v, 'item'):  # numpy or torch
         if math.prod(v.shape) != 1:
@@ -91,12 +127,13 @@ def check_scalar(
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #73a3faad
 def check_binary(
-    name:str, # the input's name, as the error reports it
-    x, # a bool tensor, or a numeric one that holds only 0 and 1 (numpy arrays too)
+    name: str,  # the input's name, as the error reports it
+    x,  # a bool tensor, or a numeric one that holds only 0 and 1 (numpy arrays too)
 ) -> torch.Tensor:
     "`x` as a bool tensor, or a ValueError naming `name` and its first value not 0 or 1 (0.5, NaN)."
     x = torch.as_tensor(x)
-    if x.dtype == torch.bool: return x
+    if x.dtype == torch.bool:
+        return x
     bad = ~((x == 0) | (x == 1))  # NaN compares unequal to both
     if bad.any():
         at = tuple(bad.nonzero()[0].tolist())
@@ -106,34 +143,41 @@ def check_binary(
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #b0bbeb82
 def outcome_groups(
-    rewards:torch.Tensor, # (B,) rewards
-    group_ids:torch.Tensor, # (B,) integer prompt ids
+    rewards: torch.Tensor,  # (B,) rewards
+    group_ids: torch.Tensor,  # (B,) integer prompt ids
 ) -> tuple:
     "Outcome group of each rollout (same prompt, same reward): (og (B,) long, sizes (G,) long)."
-    _, rank = torch.unique(rewards, return_inverse=True)  # (B,) rank of each reward value: exact, and no float cast of the ids
-    _, og = torch.unique(torch.stack([group_ids.long(), rank], -1), dim=0, return_inverse=True)  # (B,)
+    # (B,) rank of each reward value: exact, and no float cast of the ids
+    _, rank = torch.unique(rewards, return_inverse=True)
+    # (B,)
+    _, og = torch.unique(torch.stack([group_ids.long(), rank], -1), dim=0, return_inverse=True)
     return og, torch.bincount(og)  # (B,), (G,)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #8140d8df
 def pack_slots(
-    og:torch.Tensor, # (B,) outcome group of each rollout
-    keep:torch.Tensor, # (B,) bool, rollouts to pack
+    og: torch.Tensor,  # (B,) outcome group of each rollout
+    keep: torch.Tensor,  # (B,) bool, rollouts to pack
 ) -> torch.Tensor:
-    "Slot table (G', K) of batch indices (-1 = absent) for the outcome groups that have a kept rollout."
+    """Slot table (G', K) of batch indices (-1 = absent) for the outcome groups that have a kept
+    rollout."""
     idx = keep.nonzero().flatten()  # (B',)
-    if idx.numel() == 0: return torch.empty(0, 0, dtype=torch.long, device=og.device)
+    if idx.numel() == 0:
+        return torch.empty(0, 0, dtype=torch.long, device=og.device)
     groups, gk = torch.unique(og[idx], return_inverse=True)  # (G',), (B',)
-    order = torch.argsort(gk, stable=True)  # (B',) rollouts sorted by group, batch order kept inside a group
+    # (B',) rollouts sorted by group, batch order kept inside a group
+    order = torch.argsort(gk, stable=True)
     counts = torch.bincount(gk, minlength=len(groups))  # (G',)
     start = torch.cumsum(counts, 0) - counts  # (G',)
-    pos = torch.arange(len(idx), device=og.device) - start[gk[order]]  # (B',) position inside the group
-    slots = torch.full((len(groups), int(counts.max())), -1, dtype=torch.long, device=og.device)  # (G', K)
+    # (B',) position inside the group
+    pos = torch.arange(len(idx), device=og.device) - start[gk[order]]
+    # (G', K)
+    slots = torch.full((len(groups), int(counts.max())), -1, dtype=torch.long, device=og.device)
     slots[gk[order], pos] = idx[order]
     return slots
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #483cbf11
 def step_boundaries(
-    is_sep:torch.Tensor, # (B, T) bool, True on separator tokens (e.g. token id of '\n')
+    is_sep: torch.Tensor,  # (B, T) bool, True on separator tokens (e.g. token id of '\n')
 ) -> torch.Tensor:
     "Span starts for reasoning steps: True on each token that follows a separator, shape (B, T)."
     out = torch.zeros_like(is_sep, dtype=torch.bool)  # (B, T)
@@ -142,30 +186,38 @@ def step_boundaries(
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #fb512f98
 def span_ids(
-    mask:torch.Tensor, # (B, T) bool
-    span_len:int|None=None, # fixed windows of this many tokens (1 = per token)
-    boundaries:torch.Tensor|None=None, # (B, T) bool, True where a new span starts (overrides span_len)
+    mask: torch.Tensor,  # (B, T) bool
+    span_len: int | None = None,  # fixed windows of this many tokens (1 = per token)
+    # (B, T) bool, True where a new span starts (overrides span_len)
+    boundaries: torch.Tensor | None = None,
 ) -> torch.Tensor:
     "Span index of every token (0, 1, ... along each row; 0 on padding), shape (B, T) long."
     B, T = mask.shape
-    if span_len is not None: span_len = check_scalar('span_len', span_len, 1, integer=True)
+    if span_len is not None:
+        span_len = check_scalar('span_len', span_len, 1, integer=True)
     if boundaries is not None:
         bnd = check_binary('boundaries', torch.as_tensor(boundaries, device=mask.device))  # (B, T)
-        if tuple(bnd.shape) != (B, T): raise ValueError(f"boundaries must have shape (B, T) = {(B, T)}, got {tuple(bnd.shape)}")
+        if tuple(bnd.shape) != (B, T):
+            raise ValueError(
+                f"boundaries must have shape (B, T) = {(B, T)}, got {tuple(bnd.shape)}"
+            )
         s = torch.cumsum(bnd.long(), -1)  # (B, T)
         s = s - s[:, :1]  # the first token always opens span 0
     else:
-        if span_len is None: raise ValueError("span_len (an integer >= 1) or boundaries is needed")
+        if span_len is None:
+            raise ValueError("span_len (an integer >= 1) or boundaries is needed")
         s = (torch.arange(T, device=mask.device) // span_len).expand(B, T)  # (B, T)
     return s.masked_fill(~mask, 0)  # (B, T)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #7c044252
 def group_mean(
-    v:torch.Tensor, # (B, ...) one value (or vector) per rollout
-    og:torch.Tensor, # (B,) outcome group of each rollout
-    member:torch.Tensor, # (B,) bool, rollouts that count (the computed ones)
+    v: torch.Tensor,  # (B, ...) one value (or vector) per rollout
+    og: torch.Tensor,  # (B,) outcome group of each rollout
+    member: torch.Tensor,  # (B,) bool, rollouts that count (the computed ones)
 ) -> torch.Tensor:
-    "Mean of `v` over the members of each rollout's outcome group, handed back per rollout, shape of v."
+    """Mean of `v` over the members of each rollout's outcome group, handed back per rollout, shape
+    of
+    v."""
     G = int(og.max()) + 1 if og.numel() else 0
     w = member.to(v.dtype).reshape(-1, *[1] * (v.ndim - 1))  # (B, 1, ...)
     tot = v.new_zeros(G, *v.shape[1:]).index_add_(0, og, v * w)  # (G, ...)
@@ -174,26 +226,34 @@ def group_mean(
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #8a13c849
 def group_median(
-    v:torch.Tensor, # (B, ...) one value (or array) per rollout; nan = missing
-    og:torch.Tensor, # (B,) outcome group of each rollout
-    member:torch.Tensor, # (B,) bool, rollouts that count
+    v: torch.Tensor,  # (B, ...) one value (or array) per rollout; nan = missing
+    og: torch.Tensor,  # (B,) outcome group of each rollout
+    member: torch.Tensor,  # (B,) bool, rollouts that count
 ) -> torch.Tensor:
-    "Entrywise median of `v` over the members of each rollout's group (even count: mean of the two middle values; nan skipped), per rollout, shape of v; 0 for non-members."
-    slots, out = pack_slots(og, member), torch.zeros_like(v)  # (G', K) members of each group, -1 = none
-    if slots.numel() == 0: return out
+    """Entrywise median of `v` over the members of each rollout's group (even count: mean of the two
+    middle values; nan skipped), per rollout, shape of v; 0 for non-members."""
+    # (G', K) members of each group, -1 = none
+    slots, out = pack_slots(og, member), torch.zeros_like(v)
+    if slots.numel() == 0:
+        return out
     here = (slots >= 0).reshape(*slots.shape, *[1] * (v.ndim - 1))  # (G', K, 1, ...)
     vals = torch.where(here, v[slots.clamp(min=0)], torch.nan)  # (G', K, ...)
     n = (~vals.isnan()).sum(1, keepdim=True)  # (G', 1, ...) values present
     vals = vals.sort(1).values  # nan sorts last
-    lo, hi = vals.gather(1, ((n - 1) // 2).clamp(min=0)), vals.gather(1, (n // 2).clamp(max=vals.shape[1] - 1))  # (G', 1, ...)
+    # (G', 1, ...)
+    lo, hi = (
+        vals.gather(1, ((n - 1) // 2).clamp(min=0)),
+        vals.gather(1, (n // 2).clamp(max=vals.shape[1] - 1)),
+    )
     med = torch.where(n > 0, (lo + hi) / 2, torch.nan).squeeze(1)  # (G', ...)
-    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=len(med) - 1)  # (B,) each rollout's group among the G'
+    # (B,) each rollout's group among the G'
+    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=len(med) - 1)
     return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med[gi], out)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #f7381c2a
 def _kuhn_data_point(
-    P:torch.Tensor, # (N, K, D) the members' points of N nodes (absent members: any finite row)
-    here:torch.Tensor, # (N, K) bool, members present
+    P: torch.Tensor,  # (N, K, D) the members' points of N nodes (absent members: any finite row)
+    here: torch.Tensor,  # (N, K) bool, members present
 ) -> tuple:
     "Nodes whose geometric median is a data point (Kuhn's test): found (N,) bool, point (N, D)."
     N, K, D = P.shape
@@ -201,7 +261,7 @@ def _kuhn_data_point(
     tiny = torch.finfo(P.dtype).tiny
     margin = 16 * K * torch.finfo(P.dtype).eps  # rounding of a sum of K unit vectors
     for a in range(K):  # candidate p = the a-th member's point
-        diff = P - P[:, a:a + 1]  # (N, K, D) y_k - p
+        diff = P - P[:, a : a + 1]  # (N, K, D) y_k - p
         dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
         at = here & (dist == 0)  # (N, K) members sitting at p
         # R(p) = Σ_{y_k ≠ p} (y_k - p)/‖y_k - p‖; p is a minimiser iff ‖R(p)‖ <= w(p) = #{y_k = p}
@@ -213,9 +273,9 @@ def _kuhn_data_point(
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #b8ba8391
 def _weiszfeld_step(
-    P:torch.Tensor, # (N, K, D) points
-    here:torch.Tensor, # (N, K) bool, present
-    m:torch.Tensor, # (N, D) current iterate
+    P: torch.Tensor,  # (N, K, D) points
+    here: torch.Tensor,  # (N, K) bool, present
+    m: torch.Tensor,  # (N, D) current iterate
 ) -> torch.Tensor:
     "One Weiszfeld step, with Vardi and Zhang's rule where m sits on data points; (N, D)."
     diff = P - m[:, None]  # (N, K, D) y_k - m
@@ -232,11 +292,12 @@ def _weiszfeld_step(
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #7011c717
 def _newton_step(
-    P:torch.Tensor, # (N, K, D) points
-    here:torch.Tensor, # (N, K) bool, present
-    m:torch.Tensor, # (N, D) current iterate, off the data points
+    P: torch.Tensor,  # (N, K, D) points
+    here: torch.Tensor,  # (N, K) bool, present
+    m: torch.Tensor,  # (N, D) current iterate, off the data points
 ) -> torch.Tensor:
-    "Newton's step on f(m) = Σ_k ‖y_k - m‖, solved in K x K by Woodbury's identity; (N, D), nan on data points."
+    """Newton's step on f(m) = Σ_k ‖y_k - m‖, solved in K x K by Woodbury's identity; (N, D), nan on
+    data points."""
     diff = P - m[:, None]  # (N, K, D) y_k - m
     dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
     tiny = torch.finfo(P.dtype).tiny
@@ -244,23 +305,24 @@ def _newton_step(
     s = inv.sum(-1, keepdim=True)  # (N, 1)
     U = diff * inv[..., None]  # (N, K, D) rows u_k = (y_k - m)/‖y_k - m‖
     R = U.sum(1)  # (N, D) -∇f(m)
-    # ∇²f = s I - Uᵀ diag(1/‖y_k - m‖) U, so (∇²f)⁻¹ R = (R + Uᵀ M⁻¹ U R)/s, M = diag(s ‖y_k - m‖) - U Uᵀ
-    M = torch.diag_embed(torch.where(here, s * dist, 1.)) - U @ U.transpose(-1, -2)  # (N, K, K)
+    # ∇²f = s I - Uᵀ diag(1/‖y_k - m‖) U, so (∇²f)⁻¹ R = (R + Uᵀ M⁻¹ U R)/s, M = diag(s ‖y_k - m‖) -
+    # U Uᵀ
+    M = torch.diag_embed(torch.where(here, s * dist, 1.0)) - U @ U.transpose(-1, -2)  # (N, K, K)
     c = torch.linalg.solve_ex(M, U @ R[..., None])[0]  # (N, K, 1)
     step = (R + (U.transpose(-1, -2) @ c).squeeze(-1)) / s  # (N, D)
     return torch.where((here & (dist == 0)).any(-1, keepdim=True), torch.nan, m + step)  # (N, D)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #6ecbe7d9
-def _sum_dist(P:torch.Tensor, here:torch.Tensor, m:torch.Tensor) -> torch.Tensor:
+def _sum_dist(P: torch.Tensor, here: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     "f(m) = Σ_k ‖y_k - m‖ over the present points of each node, (N,) (nan if m is)."
     return (torch.linalg.vector_norm(P - m[:, None], dim=-1) * here).sum(-1)  # (N,)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #895cba52
 def geometric_median(
-    P:torch.Tensor, # (N, K, D) points of N independent problems (absent rows: any finite values)
-    here:torch.Tensor, # (N, K) bool, points present
-    tol:float=1e-9, # stop when a step is below tol x the points' mean distance from their mean
-    max_iter:int=200, # cap on steps
+    P: torch.Tensor,  # (N, K, D) points of N independent problems (absent rows: any finite values)
+    here: torch.Tensor,  # (N, K) bool, points present
+    tol: float = 1e-9,  # stop when a step is below tol x the points' mean distance from their mean
+    max_iter: int = 200,  # cap on steps
 ) -> tuple:
     "Geometric median of each node's present points (N, D) (nan if none), and the solver's info."
     n, eps = here.sum(-1), torch.finfo(P.dtype).eps  # (N,)
@@ -286,24 +348,32 @@ def geometric_median(
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #8dd0d9f8
 def group_geometric_median(
-    v:torch.Tensor, # (B, ..., D) one D-vector per rollout and node; a row with nan = missing
-    og:torch.Tensor, # (B,) outcome group of each rollout
-    member:torch.Tensor, # (B,) bool, rollouts that count
-    *, tol:float=1e-9, # stop on steps below tol x the node's spread (at least the dtype's rounding)
-    max_iter:int=200, # cap on steps (reported in the info dict, and warned about)
-    warn:bool=True, # warn when the cap is hit
+    v: torch.Tensor,  # (B, ..., D) one D-vector per rollout and node; a row with nan = missing
+    og: torch.Tensor,  # (B,) outcome group of each rollout
+    member: torch.Tensor,  # (B,) bool, rollouts that count
+    *,
+    # stop on steps below tol x the node's spread (at least the dtype's rounding)
+    tol: float = 1e-9,
+    max_iter: int = 200,  # cap on steps (reported in the info dict, and warned about)
+    warn: bool = True,  # warn when the cap is hit
 ) -> tuple:
-    "Geometric median of each group's members per node, per rollout (B, ..., D) (0: non-members); info."
+    """Geometric median of each group's members per node, per rollout (B, ..., D) (0: non-members);
+    info."""
     slots, out = pack_slots(og, member), torch.zeros_like(v)  # (G', K) members, -1 = none
-    if slots.numel() == 0: return out, dict(converged=True, n_iter=0, unconverged=0, nodes=0)
+    if slots.numel() == 0:
+        return out, dict(converged=True, n_iter=0, unconverged=0, nodes=0)
     (G, K), mid, D = slots.shape, v.shape[1:-1], v.shape[-1]
     P = v[slots.clamp(min=0)].movedim(1, -2)  # (G', ..., K, D)
     here = (slots >= 0).reshape(G, *[1] * len(mid), K) & ~P.isnan().any(-1)  # (G', ..., K)
-    P = torch.where(here[..., None], P, 0.)  # absent rows: finite, never read
+    P = torch.where(here[..., None], P, 0.0)  # absent rows: finite, never read
     med, info = geometric_median(P.reshape(-1, K, D), here.reshape(-1, K), tol, max_iter)  # (N, D)
     if warn and not info['converged']:
-        warnings.warn(f"group_geometric_median: {info['unconverged']} of {info['nodes']} nodes "
-                      f"stopped at max_iter={max_iter} above tol={tol:.0e}", RuntimeWarning, 2)
+        warnings.warn(
+            f"group_geometric_median: {info['unconverged']} of {info['nodes']} nodes "
+            f"stopped at max_iter={max_iter} above tol={tol:.0e}",
+            RuntimeWarning,
+            2,
+        )
     gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=G - 1)  # (B,) among the G'
     med = med.reshape(G, *mid, D)[gi]  # (B, ..., D)
     return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med, out), info
@@ -311,35 +381,49 @@ def group_geometric_median(
 # %% ../../nbs/3_hara/11_rollouts.ipynb #318811e5
 @dataclass
 class Reweighting:
-    "What a credit-assignment method did to a batch: base advantages, token weights, and the signal behind them."
-    method: str              # 'none', 'hara-seq', 'hara-tok', 'hara-span', 'shear', 'entropy', 'position'
-    base: torch.Tensor       # (B,) base advantages A_i
-    weights: torch.Tensor    # (B, T) token weights w (1 on padding); advantages = base[:, None] * weights * mask
-    x: torch.Tensor|None = None        # (B, T) HARA relative novelty per token at the chosen granularity
-    novelty: Novelty|None = None       # HARA: the full novelty record
-    signal: torch.Tensor|None = None   # (B, T) baselines: the raw per-token signal (span distance, entropy, ...)
+    """What a credit-assignment method did to a batch: base advantages, token weights, and the
+    signal
+    behind them."""
+
+    # 'none', 'hara-seq', 'hara-tok', 'hara-span', 'shear', 'entropy', 'position'
+    method: str
+    base: torch.Tensor  # (B,) base advantages A_i
+    # (B, T) token weights w (1 on padding); advantages = base[:, None] * weights * mask
+    weights: torch.Tensor
+    # (B, T) HARA relative novelty per token at the chosen granularity
+    x: torch.Tensor | None = None
+    novelty: object | None = None  # HARA: the full `Novelty` record (chapter 12_novelty)
+    # (B, T) baselines: the raw per-token signal (span distance, entropy, ...)
+    signal: torch.Tensor | None = None
     notes: list = field(default_factory=list)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #203c246b
 def base_or_given(
-    rewards:torch.Tensor, # (B,) rewards (checked)
-    group_ids:torch.Tensor, # (B,) long prompt ids (checked)
-    base:str='grpo', # 'grpo' | 'drgrpo' | 'dapo' (hara_ref.rlvr.grpo.base_advantages)
-    advantages:torch.Tensor|None=None, # (B,) precomputed base advantages from the user's trainer
+    rewards: torch.Tensor,  # (B,) rewards (checked)
+    group_ids: torch.Tensor,  # (B,) long prompt ids (checked)
+    base: str = 'grpo',  # 'grpo' | 'drgrpo' | 'dapo' (hara_ref.rlvr.grpo.base_advantages)
+    # (B,) precomputed base advantages from the user's trainer
+    advantages: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    "The base advantages A_i (B,): given ones (checked), or `hara_ref.rlvr.grpo.base_advantages` unchanged."
-    if advantages is None: return base_advantages(rewards, group_ids, method=base).to(rewards.dtype)
+    """The base advantages A_i (B,): given ones (checked), or `hara_ref.rlvr.grpo.base_advantages`
+    unchanged."""
+    if advantages is None:
+        return base_advantages(rewards, group_ids, method=base).to(rewards.dtype)
     A = torch.as_tensor(advantages, device=rewards.device)
-    if tuple(A.shape) != tuple(rewards.shape): raise ValueError(f"advantages must have shape (B,) = {tuple(rewards.shape)}, got {tuple(A.shape)}")
+    if tuple(A.shape) != tuple(rewards.shape):
+        raise ValueError(
+            f"advantages must have shape (B,) = {tuple(rewards.shape)}, got {tuple(A.shape)}"
+        )
     A = A.detach().to(rewards.dtype)  # (B,)
-    if not torch.isfinite(A).all(): raise ValueError("advantages contain NaN/Inf")
+    if not torch.isfinite(A).all():
+        raise ValueError("advantages contain NaN/Inf")
     return A
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #0dedb646
 def apply_weights(
-    A:torch.Tensor, # (B,) base advantages
-    w:torch.Tensor, # (B, T) token weights or (B,) sequence weights
-    mask:torch.Tensor, # (B, T) bool
+    A: torch.Tensor,  # (B,) base advantages
+    w: torch.Tensor,  # (B, T) token weights or (B,) sequence weights
+    mask: torch.Tensor,  # (B, T) bool
 ) -> torch.Tensor:
     "Token advantages Â_{i,t} = A_i w_{i,t} on real tokens, 0 on padding, shape (B, T)."
     w = w[:, None] if w.ndim == 1 else w

@@ -5,141 +5,219 @@
 # %% ../../nbs/3_hara/13_hara.ipynb #86c410a8
 from __future__ import annotations
 import torch
-from .rollouts import (
-    check_rollouts, outcome_groups, pack_slots, step_boundaries, span_ids, group_mean, group_median, Reweighting,
-    base_or_given, apply_weights, check_scalar, check_binary)
-from .novelty import (
-    BARY_DEFAULTS, FINAL_SINKHORN, Novelty, token_contributions, token_novelty, sequence_novelty,
-    span_novelty, relative_novelty, local_assignment, stage_versions, version_excess,
-    relative_to_group, stage_novelty, hara_novelty)
+from hara_ref.hara.rollouts import (
+    check_rollouts,
+    span_ids,
+    group_median,
+    Reweighting,
+    base_or_given,
+    apply_weights,
+    check_scalar,
+    check_binary,
+)
+from hara_ref.hara.novelty import (
+    BARY_DEFAULTS,
+    FINAL_SINKHORN,
+    span_novelty,
+    relative_novelty,
+    local_assignment,
+    stage_versions,
+    version_excess,
+    relative_to_group,
+    hara_novelty,
+)
 from ..ot.lfgw import lifted_cost
 from ..rlvr.grpo import group_advantages
 from ..ot.fgw import normalize_features, chain_positions
 from ..ot.lfgw import chain_tau_bar, lift, linearized_barycenter_reference
 from ..ot.entropic import sinkhorn_reference
 from .rollouts import group_geometric_median
-from .baselines import (
-    SHEAR_SINKHORN, window_starts, shear_weights, token_entropy, entropy_weights, position_weights, shear_advantages,
-    entropy_advantages, position_advantages, labels_only)
+from hara_ref.hara.baselines import (
+    shear_advantages,
+    entropy_advantages,
+    position_advantages,
+    labels_only,
+)
 
 # %% auto #0
-__all__ = ['METHODS', 'hara_weights', 'hara_reference', 'hara_advantages', 'reweight_advantages']
+__all__ = ['ORACLE_DEFAULTS', 'METHODS', 'hara_weights', 'hara_reference', 'hara_advantages', 'reweight_advantages']
 
 # %% ../../nbs/3_hara/13_hara.ipynb #f75cb158
 def hara_weights(
-    x:torch.Tensor, # (B, T) or (B,) relative novelty
-    A:torch.Tensor, # (B,) base advantages
-    active:torch.Tensor|None=None, # (B,) bool, rollouts whose weights may differ from 1 (default: all)
-    kappa:float=1.0, # κ >= 0, strength of the reweighting
-    w_min:float=0.5, # lower clip, in [0, 1]
-    w_max:float=2.0, # upper clip, >= 1
+    x: torch.Tensor,  # (B, T) or (B,) relative novelty
+    A: torch.Tensor,  # (B,) base advantages
+    # (B,) bool, rollouts whose weights may differ from 1 (default: all)
+    active: torch.Tensor | None = None,
+    kappa: float = 1.0,  # κ >= 0, strength of the reweighting
+    w_min: float = 0.5,  # lower clip, in [0, 1]
+    w_max: float = 2.0,  # upper clip, >= 1
 ) -> torch.Tensor:
-    "HARA weights w = clip(1 + sign(A) κ (x - 1), w_min, w_max), 1 where inactive or A = 0; shape of x."
+    """HARA weights w = clip(1 + sign(A) κ (x - 1), w_min, w_max), 1 where inactive or A = 0; shape
+    of
+    x."""
     kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)
     w_max = check_scalar('w_max', w_max, 1)
-    if active is not None: active = check_binary('active', active).to(A.device)  # (B,)
+    if active is not None:
+        active = check_binary('active', active).to(A.device)  # (B,)
     sA = torch.sign(A).to(x.dtype)  # (B,)
     act = (sA != 0) if active is None else (sA != 0) & active  # (B,)
-    if x.ndim == 2: sA, act = sA[:, None], act[:, None]
+    if x.ndim == 2:
+        sA, act = sA[:, None], act[:, None]
     w = (1 + sA * kappa * (x - 1)).clamp(w_min, w_max)  # (B, T) or (B,)
     return torch.where(act, w, torch.ones_like(w))
 
 # %% ../../nbs/3_hara/13_hara.ipynb #onescr02
+ORACLE_DEFAULTS = dict(alpha=0.25, L_b=32, reg=0.05, kappa=1.0, w_min=0.5, w_max=2.0, tol=1e-10)
+
+
 def hara_reference(
-    hidden:torch.Tensor, # (G, T, d) hidden states of one prompt's G rollouts
-    mask:torch.Tensor, # (G, T) bool, True on a prefix of each row (no empty rollout)
-    rewards:torch.Tensor, # (G,) rewards
-    alpha:float=0.25, L_b:int=32, reg:float=0.05, # FGW trade-off, barycenter size, entropic epsilon
-    kappa:float=1.0, w_min:float=0.5, w_max:float=2.0, # the weight map
-    tol:float=1e-10, # the barycenter iteration stops when Z moves by at most this
-) -> torch.Tensor: # (G, T) HARA-tok advantages A_i w_{i,t} (0 on padding)
-    "HARA-tok for one prompt, from the reference pieces: barycenter, plans, stage versions, group reference, weights."
+    hidden: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor, **oracle_kw
+) -> torch.Tensor:
+    """HARA-tok for one prompt from the reference pieces: hidden (G, T, d), mask (G, T) (a prefix of
+    each row), rewards (G,) -> advantages A_i w_{i,t} (G, T), 0 on padding. `oracle_kw` overrides
+    `ORACLE_DEFAULTS`: FGW trade-off alpha, barycenter size L_b, entropic reg, the weight map's
+    kappa, w_min, w_max, and tol, where the barycenter iteration stops (Z moves by at most tol)."""
+    o = {**ORACLE_DEFAULTS, **oracle_kw}
     G, T, d = hidden.shape
     A = group_advantages(rewards, torch.zeros(G, dtype=torch.long))  # (G,) Eq. (3)
     h = normalize_features(hidden, how='unit') * mask[..., None]  # (G, T, d)
-    tau, tau_bar = chain_positions(mask, h.dtype), chain_tau_bar(L_b, h.dtype)  # (G, T), (L_b,)
-    b = torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (L_b,) barycenter weights
+    tau, tau_bar = chain_positions(mask, h.dtype), chain_tau_bar(o['L_b'], h.dtype)  # (G,T), (L_b,)
+    b = torch.full((o['L_b'],), 1 / o['L_b'], dtype=h.dtype)  # (L_b,) barycenter weights
     w = torch.ones(G, T, dtype=h.dtype)  # (G, T) weight 1 unless reweighted
     for r in rewards.unique():  # each outcome group g: the rollouts with the same reward
         g = (rewards == r).nonzero()[:, 0]  # (K,)
-        if A[g[0]] == 0: continue  # no advantage, nothing to reweight
-        Z, _ = linearized_barycenter_reference(hidden[g], mask[g], alpha, L_b, reg, tol=tol)  # (L_b, d)
-        C = lifted_cost(h[g], tau[g], Z, tau_bar, alpha)  # (K, T, L_b) C_{t,j}, Lemma 3.1
+        if A[g[0]] == 0:
+            continue  # no advantage, nothing to reweight
+        Z, _ = linearized_barycenter_reference(  # (L_b, d)
+            hidden[g], mask[g], o['alpha'], o['L_b'], o['reg'], tol=o['tol']
+        )
+        C = lifted_cost(h[g], tau[g], Z, tau_bar, o['alpha'])  # (K, T, L_b) C_{t,j}, Lemma 3.1
         a = mask[g].to(h.dtype) / mask[g].sum(-1, keepdim=True)  # (K, T) token weights 1/L_i
-        plans = torch.stack([sinkhorn_reference(a[k], b, C[k], reg, 1e-12)[0] for k in range(len(g))])
-        n_bar = (plans * C).sum((-2, -1)).mean()  # the group's mean LFGW distance
-        q = local_assignment(C, mask[g], reg)  # (K, T, L_b) where each token sits on the barycenter
-        y = stage_versions(q, lift(h[g], tau[g], alpha))  # (K, L_b, d+1) each rollout's version of a stage
-        member = torch.ones(len(g), dtype=torch.bool)  # (K,)
-        y_ref = group_geometric_median(y, torch.zeros(len(g), dtype=torch.long), member)[0]  # (K, L_b, d+1)
+        plans = [sinkhorn_reference(a[k], b, C[k], o['reg'], 1e-12)[0] for k in range(len(g))]
+        n_bar = (torch.stack(plans) * C).sum((-2, -1)).mean()  # the group's mean LFGW distance
+        q = local_assignment(C, mask[g], o['reg'])  # (K, T, L_b) tokens' places on the barycenter
+        y = stage_versions(q, lift(h[g], tau[g], o['alpha']))  # (K, L_b, d+1) versions of stages
+        one = torch.zeros(len(g), dtype=torch.long)  # (K,) a single outcome group
+        y_ref = group_geometric_median(y, one, one == 0)[0]  # (K, L_b, d+1) the group's versions
         _, e, _ = version_excess(q, y, y_ref, mask[g])  # (K, T) token excess over the group
         x = relative_to_group(e, n_bar.expand(len(g)), mask[g])  # (K, T) x = 1 + e / n_bar
-        w[g] = hara_weights(x, A[g], kappa=kappa, w_min=w_min, w_max=w_max)  # clip(1 + sign(A) kappa (x - 1))
+        w[g] = hara_weights(x, A[g], kappa=o['kappa'], w_min=o['w_min'], w_max=o['w_max'])
     return A[:, None] * w * mask  # (G, T)
 
 # %% ../../nbs/3_hara/13_hara.ipynb #c2ecf4f5
 def hara_advantages(
-    hidden:torch.Tensor, # (B, T, d) hidden states of the response tokens (one chosen layer)
-    mask:torch.Tensor, # (B, T) bool, True on the response tokens (a prefix of each row)
-    rewards:torch.Tensor, # (B,) verifiable rewards
-    group_ids:torch.Tensor, # (B,) integer prompt id of each rollout
-    base:str='grpo', # base advantages: 'grpo' | 'drgrpo' | 'dapo'
-    granularity:str='tok', # 'seq' (HARA-seq) | 'tok' (HARA-tok, per token) | 'span' (HARA-tok on spans)
-    advantages:torch.Tensor|None=None, # (B,) precomputed base advantages (then `base` is not used)
-    span_len:int|None=None, # 'span': fixed windows of this many tokens
-    boundaries:torch.Tensor|None=None, # 'span': (B, T) bool, True where a reasoning step starts
-    kappa:float=1.0, w_min:float=0.5, w_max:float=2.0, # the weight map (ours: κ=1, [0.5, 2])
-    reference:str='group', # relative novelty: 'group' (stage by stage, the default) | 'barycenter' (n / n̄_g)
-    **novelty_kw, # metric, alpha (0.25), L_b (32), reg (0.05), normalize ('unit'), bary_kw, final_plans, sinkhorn_kw,
-                  # barycenter ('linearized' | 'exact', chapter 25_exact)
-) -> tuple:
+    hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens (one chosen layer)
+    mask: torch.Tensor,  # (B, T) bool, True on the response tokens (a prefix of each row)
+    rewards: torch.Tensor,  # (B,) verifiable rewards
+    group_ids: torch.Tensor,  # (B,) integer prompt id of each rollout
+    base: str = 'grpo',  # base advantages: 'grpo' | 'drgrpo' | 'dapo'
+    # 'seq' (HARA-seq) | 'tok' (HARA-tok, per token) | 'span' (HARA-tok on spans)
+    granularity: str = 'tok',
+    # (B,) precomputed base advantages (then `base` is not used)
+    advantages: torch.Tensor | None = None,
+    span_len: int | None = None,  # 'span': fixed windows of this many tokens
+    # 'span': (B, T) bool, True where a reasoning step starts
+    boundaries: torch.Tensor | None = None,
+    kappa: float = 1.0,  # κ of the weight map (ours: 1)
+    w_min: float = 0.5,  # its clip (ours: [0.5, 2])
+    w_max: float = 2.0,
+    # relative novelty: 'group' (stage by stage, the default) | 'barycenter' (n / n̄_g)
+    reference: str = 'group',
+    # metric, alpha (0.25), L_b (32), reg (0.05), normalize ('unit'), bary_kw, final_plans,
+    # sinkhorn_kw,
+    **novelty_kw,
+) -> tuple:  # barycenter ('linearized' | 'exact', chapter 25_exact)
     """HARA oracle: token advantages (B, T), base advantages reweighted by FGW novelty; a record.
     Inputs that require grad (hidden, rewards, advantages) are detached: the weights carry no
     gradient, and the advantages returned hold no graph."""
-    if granularity not in ('seq', 'tok', 'span'): raise ValueError(f"granularity must be 'seq', 'tok' or 'span', got {granularity!r}")
+    if granularity not in ('seq', 'tok', 'span'):
+        raise ValueError(f"granularity must be 'seq', 'tok' or 'span', got {granularity!r}")
     kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)  # first
     w_max = check_scalar('w_max', w_max, 1)
-    if span_len is not None: span_len = check_scalar('span_len', span_len, 1, integer=True)
-    if granularity == 'span' and span_len is None and boundaries is None: raise ValueError("granularity='span' needs span_len or boundaries")
-    if reference not in ('group', 'barycenter'): raise ValueError(f"reference must be 'group' or 'barycenter', got {reference!r}")
+    if span_len is not None:
+        span_len = check_scalar('span_len', span_len, 1, integer=True)
+    if granularity == 'span' and span_len is None and boundaries is None:
+        raise ValueError("granularity='span' needs span_len or boundaries")
+    if reference not in ('group', 'barycenter'):
+        raise ValueError(f"reference must be 'group' or 'barycenter', got {reference!r}")
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
-    nov = hara_novelty(hidden, mask, rewards, group_ids, keep=(A != 0) & (kappa != 0), checked=True, **novelty_kw)
-    spans = None if granularity == 'seq' else span_ids(mask, 1 if granularity == 'tok' else span_len, boundaries)  # (B, T)
+    nov = hara_novelty(
+        hidden, mask, rewards, group_ids, keep=(A != 0) & (kappa != 0), checked=True, **novelty_kw
+    )
+    # (B, T)
+    spans = (
+        None
+        if granularity == 'seq'
+        else span_ids(mask, 1 if granularity == 'tok' else span_len, boundaries)
+    )
     if reference == 'group':  # x = 1 + e / n̄_g, e the excess over the group at the same stages
-        x = relative_to_group(nov.excess_seq if spans is None else span_novelty(nov.excess, mask, spans), nov.nbar, mask)  # (B,) or (B, T)
-    else: x = relative_novelty(nov.n_seq if spans is None else span_novelty(nov.n_tok, mask, spans), mask, nov.og)  # (B,) or (B, T)
+        # (B,) or (B, T)
+        x = relative_to_group(
+            nov.excess_seq if spans is None else span_novelty(nov.excess, mask, spans),
+            nov.nbar,
+            mask,
+        )
+    # (B,) or (B, T)
+    else:
+        x = relative_novelty(
+            nov.n_seq if spans is None else span_novelty(nov.n_tok, mask, spans), mask, nov.og
+        )
     w = hara_weights(x, A, active=nov.computed, kappa=kappa, w_min=w_min, w_max=w_max)
-    w_tok = torch.where(mask, w[:, None] if w.ndim == 1 else w, torch.ones_like(mask, dtype=w.dtype))  # (B, T)
+    # (B, T)
+    w_tok = torch.where(
+        mask, w[:, None] if w.ndim == 1 else w, torch.ones_like(mask, dtype=w.dtype)
+    )
     x_tok = (x[:, None] if x.ndim == 1 else x) * mask  # (B, T)
     name = {'seq': 'hara-seq', 'tok': 'hara-tok', 'span': 'hara-span'}[granularity]
-    return apply_weights(A, w_tok, mask), Reweighting(name, A, w_tok, x_tok, nov, None, notes + nov.notes)
+    return apply_weights(A, w_tok, mask), Reweighting(
+        name, A, w_tok, x_tok, nov, None, notes + nov.notes
+    )
 
 # %% ../../nbs/3_hara/13_hara.ipynb #7f6dd809
 def reweight_advantages(
-    method:str, # 'none' | 'hara-seq' | 'hara-tok' | 'shear' | 'entropy' | 'position'
-    hidden:torch.Tensor|None, # (B, T, d) hidden states (not needed by 'none', 'entropy', 'position')
-    mask:torch.Tensor, # (B, T) bool
-    rewards:torch.Tensor, # (B,) rewards
-    group_ids:torch.Tensor, # (B,) prompt ids
-    base:str='grpo', # 'grpo' | 'drgrpo' | 'dapo'
-    logits_entropy:torch.Tensor|None=None, # (B, T) token entropies, for 'entropy'
-    advantages:torch.Tensor|None=None, # (B,) precomputed base advantages
-    **kw, # method-specific options
+    method: str,  # 'none' | 'hara-seq' | 'hara-tok' | 'shear' | 'entropy' | 'position'
+    # (B, T, d) hidden states (not needed by 'none', 'entropy', 'position')
+    hidden: torch.Tensor | None,
+    mask: torch.Tensor,  # (B, T) bool
+    rewards: torch.Tensor,  # (B,) rewards
+    group_ids: torch.Tensor,  # (B,) prompt ids
+    base: str = 'grpo',  # 'grpo' | 'drgrpo' | 'dapo'
+    logits_entropy: torch.Tensor | None = None,  # (B, T) token entropies, for 'entropy'
+    advantages: torch.Tensor | None = None,  # (B,) precomputed base advantages
+    **kw,  # method-specific options
 ) -> tuple:
-    "Token advantages (B, T) and a `Reweighting` record from the credit-assignment method named `method`."
+    """Token advantages (B, T) and a `Reweighting` record from the credit-assignment method named
+    `method`."""
     if method == 'none':
         mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
         A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
-        return apply_weights(A, torch.ones(mask.shape, dtype=A.dtype, device=A.device), mask), Reweighting('none', A, torch.ones(mask.shape, dtype=A.dtype, device=A.device))
+        return apply_weights(
+            A, torch.ones(mask.shape, dtype=A.dtype, device=A.device), mask
+        ), Reweighting('none', A, torch.ones(mask.shape, dtype=A.dtype, device=A.device))
     if method in ('hara-seq', 'hara-tok'):
         span = kw.get('span_len') is not None or kw.get('boundaries') is not None
         gran = 'seq' if method == 'hara-seq' else ('span' if span else 'tok')
-        return hara_advantages(hidden, mask, rewards, group_ids, base=base, granularity=gran, advantages=advantages, **kw)
-    if method == 'shear': return shear_advantages(hidden, mask, rewards, group_ids, base, advantages, **kw)
-    if method == 'entropy': return entropy_advantages(hidden, mask, rewards, group_ids, base, advantages, logits_entropy, **kw)
-    if method == 'position': return position_advantages(hidden, mask, rewards, group_ids, base, advantages, **kw)
+        return hara_advantages(
+            hidden,
+            mask,
+            rewards,
+            group_ids,
+            base=base,
+            granularity=gran,
+            advantages=advantages,
+            **kw,
+        )
+    if method == 'shear':
+        return shear_advantages(hidden, mask, rewards, group_ids, base, advantages, **kw)
+    if method == 'entropy':
+        return entropy_advantages(
+            hidden, mask, rewards, group_ids, base, advantages, logits_entropy, **kw
+        )
+    if method == 'position':
+        return position_advantages(hidden, mask, rewards, group_ids, base, advantages, **kw)
     raise ValueError(f"unknown method {method!r}: use one of {METHODS}")
 
 # %% ../../nbs/3_hara/13_hara.ipynb #843a48c5
-METHODS = ('none', 'hara-seq', 'hara-tok', 'shear', 'entropy', 'position')  # names `reweight_advantages` accepts
+# names `reweight_advantages` accepts
+METHODS = ('none', 'hara-seq', 'hara-tok', 'shear', 'entropy', 'position')

@@ -5,7 +5,9 @@
 # %% ../../nbs/2_ot/10_complexity.ipynb #d0fdc248
 from __future__ import annotations
 import time
-import numpy as np, torch, ot
+import numpy as np
+import torch
+import ot
 from torch.utils._python_dispatch import TorchDispatchMode
 from ..rlvr.data import planted_stage_rollouts
 from .fgw import chain_graph
@@ -17,53 +19,95 @@ from .lfgw import chain_tau_bar
 __all__ = ['bench_rollouts', 'linearized_pipeline', 'pot_fgw_barycenter', 'timed', 'loglog_slope', 'LargestTensor']
 
 # %% ../../nbs/2_ot/10_complexity.ipynb #128a598c
-def bench_rollouts(K:int=8, L:int=512, d:int=64, # group size, rollout length, hidden size
-                   kind:str='gauss',           # 'gauss' (i.i.d. normal) or 'planted' (chapter 01_data, 8 stages)
-                   seed:int=0, dtype=torch.float64
-                  ) -> tuple:                  # h (K, L, d), mask (K, L) all True
+def bench_rollouts(
+    K: int = 8,  # group size
+    L: int = 512,  # rollout length
+    d: int = 64,  # hidden size
+    # 'gauss' (i.i.d. normal) or 'planted' (chapter 01_data, 8 stages)
+    kind: str = 'gauss',
+    seed: int = 0,
+    dtype=torch.float64,
+) -> tuple:  # h (K, L, d), mask (K, L) all True
     "A group of K rollouts of exactly L tokens for timing."
-    if kind == 'gauss': h = torch.randn(K, L, d, generator=torch.Generator().manual_seed(seed), dtype=dtype)  # (K, L, d)
+    # (K, L, d)
+    if kind == 'gauss':
+        h = torch.randn(K, L, d, generator=torch.Generator().manual_seed(seed), dtype=dtype)
     elif kind == 'planted':
         s = max(1, L // 8)
-        pr = planted_stage_rollouts(K=K, n_stages=8, d=d, stage_len=(max(1, 3 * s // 4), max(1, 5 * s // 4)), seed=seed, dtype=dtype)
-        h = torch.zeros(K, L, d, dtype=dtype); T = min(L, pr.hidden.shape[1]); h[:, :T] = pr.hidden[:, :T]  # (K, L, d)
-        h = torch.where(h.norm(dim=-1, keepdim=True) > 0, h, pr.centers[-1].to(dtype))  # short rollouts: repeat the last stage
-    else: raise ValueError(f"kind must be 'gauss' or 'planted', got {kind!r}")
+        pr = planted_stage_rollouts(
+            K=K,
+            n_stages=8,
+            d=d,
+            stage_len=(max(1, 3 * s // 4), max(1, 5 * s // 4)),
+            seed=seed,
+            dtype=dtype,
+        )
+        # (K, L, d)
+        h = torch.zeros(K, L, d, dtype=dtype)
+        T = min(L, pr.hidden.shape[1])
+        h[:, :T] = pr.hidden[:, :T]
+        # short rollouts: repeat the last stage
+        h = torch.where(h.norm(dim=-1, keepdim=True) > 0, h, pr.centers[-1].to(dtype))
+    else:
+        raise ValueError(f"kind must be 'gauss' or 'planted', got {kind!r}")
     return h, torch.ones(K, L, dtype=torch.bool)
 
 # %% ../../nbs/2_ot/10_complexity.ipynb #b64279cb
-def linearized_pipeline(h:torch.Tensor,    # (..., K, T, d) hidden states
-                        mask:torch.Tensor, # (..., K, T) bool
-                        **kwargs           # passed to `linearized_barycenter` (L_b, reg, alpha, tol, ...)
-                       ) -> torch.Tensor:  # (..., K, T) token novelty
+def linearized_pipeline(
+    h: torch.Tensor,  # (..., K, T, d) hidden states
+    mask: torch.Tensor,  # (..., K, T) bool
+    # passed to `linearized_barycenter` (L_b, reg, alpha, tol, ...)
+    **kwargs,
+) -> torch.Tensor:  # (..., K, T) token novelty
     "Linearized barycenter + token novelty: the part of HARA whose cost Theorem 3.3 bounds."
     Z, info = linearized_barycenter(h, mask, **kwargs)
     return info['token_cost'] * mask.sum(-1, keepdim=True)  # (..., K, T)  n_{i,t} = L_i c_{i,t}
 
 # %% ../../nbs/2_ot/10_complexity.ipynb #77c13c3f
-def pot_fgw_barycenter(h:torch.Tensor,     # (K, L, d) hidden states
-                       mask:torch.Tensor,  # (K, L) bool
-                       L_b:int=32, alpha:float=0.25, tol:float=1e-4,
-                       max_iter:int=100,   # most outer iterations
-                       stop_criterion:str='barycenter' # POT's default ('barycenter': 1 iteration here) or 'loss'
-                      ) -> tuple:          # (X (L_b, d) numpy, outer iterations run)
-    "POT's exact FGW barycenter with the barycenter structure fixed to the chain, on unit-norm features."
+def pot_fgw_barycenter(
+    h: torch.Tensor,  # (K, L, d) hidden states
+    mask: torch.Tensor,  # (K, L) bool
+    L_b: int = 32,
+    alpha: float = 0.25,
+    tol: float = 1e-4,
+    max_iter: int = 100,  # most outer iterations
+    # POT's default ('barycenter': 1 iteration here) or 'loss'
+    stop_criterion: str = 'barycenter',
+) -> tuple:  # (X (L_b, d) numpy, outer iterations run)
+    """POT's exact FGW barycenter with the barycenter structure fixed to the chain, on unit-norm
+    features."""
     g = chain_graph(h.double(), mask)  # same preprocessing as ours
-    Ys = [g['h'][i][mask[i]].numpy() for i in range(h.shape[0])]; Cs = [g['C'][i][mask[i]][:, mask[i]].numpy() for i in range(h.shape[0])]
-    Cb = np.abs(chain_tau_bar(L_b).numpy()[:, None] - chain_tau_bar(L_b).numpy()[None])  # (L_b, L_b)
-    X, _, log = ot.gromov.fgw_barycenters(L_b, Ys, Cs, alpha=alpha, fixed_structure=True, init_C=Cb, tol=tol,
-                                          max_iter=max_iter, stop_criterion=stop_criterion, log=True)
+    Ys = [g['h'][i][mask[i]].numpy() for i in range(h.shape[0])]
+    Cs = [g['C'][i][mask[i]][:, mask[i]].numpy() for i in range(h.shape[0])]
+    # (L_b, L_b)
+    Cb = np.abs(chain_tau_bar(L_b).numpy()[:, None] - chain_tau_bar(L_b).numpy()[None])
+    X, _, log = ot.gromov.fgw_barycenters(
+        L_b,
+        Ys,
+        Cs,
+        alpha=alpha,
+        fixed_structure=True,
+        init_C=Cb,
+        tol=tol,
+        max_iter=max_iter,
+        stop_criterion=stop_criterion,
+        log=True,
+    )
     return X, len(log['err_feature'] if stop_criterion == 'barycenter' else log['loss'])
 
 # %% ../../nbs/2_ot/10_complexity.ipynb #6be3373c
-def timed(fn,            # callable with no arguments
-          repeat:int=1,  # runs
-          stat:str='min' # 'min': the fastest run; 'median': the median run (the upper one of an even count)
-         ) -> tuple:     # (seconds, result of the last run)
+def timed(
+    fn,  # callable with no arguments
+    repeat: int = 1,  # runs
+    # 'min': the fastest run; 'median': the median run (the upper one of an even count)
+    stat: str = 'min',
+) -> tuple:  # (seconds, result of the last run)
     "Wall-clock time of `fn()` over `repeat` runs: the fastest, or the median."
     ts, out = [], None
     for _ in range(max(1, repeat)):
-        t0 = time.perf_counter(); out = fn(); ts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        out = fn()
+        ts.append(time.perf_counter() - t0)
     return (min(ts) if stat == 'min' else sorted(ts)[len(ts) // 2]), out
 
 # %% ../../nbs/2_ot/10_complexity.ipynb #4aa41e02
@@ -73,11 +117,16 @@ def loglog_slope(Ls, ts) -> float:
 
 # %% ../../nbs/2_ot/10_complexity.ipynb #4f8597be
 class LargestTensor(TorchDispatchMode):
-    "Record the largest tensor (number of elements, shape) returned by any torch operation inside the `with` block."
+    """Record the largest tensor (number of elements, shape) returned by any torch operation inside
+    the `with` block."""
+
     def __init__(self):
-        super().__init__(); self.numel, self.shape, self.op = 0, None, None
+        super().__init__()
+        self.numel, self.shape, self.op = 0, None, None
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        for t in (out if isinstance(out, (tuple, list)) else (out,)):
-            if isinstance(t, torch.Tensor) and t.numel() > self.numel: self.numel, self.shape, self.op = t.numel(), tuple(t.shape), str(func)
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and t.numel() > self.numel:
+                self.numel, self.shape, self.op = t.numel(), tuple(t.shape), str(func)
         return out

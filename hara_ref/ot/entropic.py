@@ -4,8 +4,10 @@
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #12cf77cc
 from __future__ import annotations
-import math, warnings
-import numpy as np, torch
+import math
+import warnings
+import numpy as np
+import torch
 
 # %% auto #0
 __all__ = ['sinkhorn_naive', 'lse_update', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor',
@@ -13,12 +15,14 @@ __all__ = ['sinkhorn_naive', 'lse_update', 'as_reg', 'broadcast_batch', 'check_o
            'sinkhorn_reference']
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #9cebbc29
-def sinkhorn_naive(a:torch.Tensor, # (n,) source weights, sum 1
-                   b:torch.Tensor, # (m,) target weights, sum 1
-                   M:torch.Tensor, # (n, m) cost matrix
-                   reg:float,      # entropic regulariser $\varepsilon > 0$
-                   n_iter:int=1000 # number of iterations (no stopping rule: this is the textbook version)
-                  ) -> torch.Tensor: # (n, m) plan $\operatorname{diag}(u) K \operatorname{diag}(v)$
+def sinkhorn_naive(
+    a: torch.Tensor,  # (n,) source weights, sum 1
+    b: torch.Tensor,  # (m,) target weights, sum 1
+    M: torch.Tensor,  # (n, m) cost matrix
+    reg: float,  # entropic regulariser $\varepsilon > 0$
+    # number of iterations (no stopping rule: this is the textbook version)
+    n_iter: int = 1000,
+) -> torch.Tensor:  # (n, m) plan $\operatorname{diag}(u) K \operatorname{diag}(v)$
     "Plain exp-domain Sinkhorn: teaching version that underflows for small `reg`."
     K = torch.exp(-M / reg)  # (n, m)  K = e^{-M/eps}
     u = torch.ones_like(a)  # (n,)
@@ -28,169 +32,246 @@ def sinkhorn_naive(a:torch.Tensor, # (n,) source weights, sum 1
     return u[:, None] * K * v[None, :]  # (n, m)
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #1b79cd42
-def lse_update(log_w:torch.Tensor,   # (..., p) log target weights of the side being updated ($-\infty$ = padding)
-               logK:torch.Tensor,    # (..., p, q) $-M/\varepsilon$, oriented so the updated side is dim -2
-               log_s:torch.Tensor    # (..., q) log-scaling of the other side
-              ) -> torch.Tensor:     # (..., p) new log-scaling of the updated side
+# (..., p) log target weights of the side being updated ($-\infty$ = padding)
+def lse_update(
+    log_w: torch.Tensor,
+    # (..., p, q) $-M/\varepsilon$, oriented so the updated side is dim -2
+    logK: torch.Tensor,
+    log_s: torch.Tensor,  # (..., q) log-scaling of the other side
+) -> torch.Tensor:  # (..., p) new log-scaling of the updated side
     "One log-domain Sinkhorn half-step: $\\log w - \\mathrm{LSE}_q(\\log K + \\log s)$."
     lse = torch.logsumexp(logK + log_s.unsqueeze(-2), dim=-1)  # (..., p)
     # rows that are entirely padding (all -inf) give lse = -inf; keep them at -inf, never nan
-    return torch.where(torch.isfinite(log_w), log_w - lse, torch.full_like(lse, -math.inf))  # (..., p)
+    # (..., p)
+    return torch.where(torch.isfinite(log_w), log_w - lse, torch.full_like(lse, -math.inf))
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #b376d7ba
-def as_reg(reg # $\varepsilon$: a Python number, NumPy scalar, 0-d array or 0-d tensor
-          ) -> float: # the same value as a Python float, checked finite and > 0
-    "Entropic regulariser as a Python float; anything that is not one finite real scalar > 0 raises `ValueError`."
-    if type(reg) is float and 0 < reg < math.inf: return reg  # the common case costs one comparison
+def as_reg(
+    reg,  # $\varepsilon$: a Python number, NumPy scalar, 0-d array or 0-d tensor
+) -> float:  # the same value as a Python float, checked finite and > 0
+    """Entropic regulariser as a Python float; anything that is not one finite real scalar > 0
+    raises
+    `ValueError`."""
+    if type(reg) is float and 0 < reg < math.inf:
+        return reg  # the common case costs one comparison
     if isinstance(reg, (torch.Tensor, np.ndarray, np.generic)):
-        if reg.ndim: raise ValueError(f"reg must be a scalar, got an array of shape {tuple(reg.shape)}")
+        if reg.ndim:
+            raise ValueError(f"reg must be a scalar, got an array of shape {tuple(reg.shape)}")
         reg = reg.item()
-    if isinstance(reg, bool) or not isinstance(reg, (int, float)): raise ValueError(f"reg must be a real number, got {type(reg).__name__} {reg!r}")
-    if not (math.isfinite(reg) and reg > 0): raise ValueError(f"reg must be a finite float > 0, got {reg}")
+    if isinstance(reg, bool) or not isinstance(reg, (int, float)):
+        raise ValueError(f"reg must be a real number, got {type(reg).__name__} {reg!r}")
+    if not (math.isfinite(reg) and reg > 0):
+        raise ValueError(f"reg must be a finite float > 0, got {reg}")
     return float(reg)
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #2d8d48b5
-def broadcast_batch(*shapes   # batch shapes (tuples or `torch.Size`)
-                   ) -> tuple|None: # their broadcast shape, or None if they do not broadcast
+def broadcast_batch(
+    *shapes,  # batch shapes (tuples or `torch.Size`)
+) -> tuple | None:  # their broadcast shape, or None if they do not broadcast
     "NumPy broadcasting of shapes in plain Python (cheaper than `torch.broadcast_shapes`)."
     n, out = max(len(s) for s in shapes), []
     for dims in zip(*[(1,) * (n - len(s)) + tuple(s) for s in shapes]):
         big = {x for x in dims if x != 1}
-        if len(big) > 1: return None
+        if len(big) > 1:
+            return None
         out.append(big.pop() if big else 1)
     return tuple(out)
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #9cdfd309
-def check_ot_inputs(a:torch.Tensor, # (..., n) source weights
-                    b:torch.Tensor, # (..., m) target weights
-                    M:torch.Tensor, # (..., n, m) cost
-                    reg:float       # entropic regulariser
-                   ) -> tuple:      # (a, b, M) broadcast to the common batch shape
-    "Validate an entropic OT problem (NumPy arrays are converted); raise a clear error instead of returning `nan`."
+def check_ot_inputs(
+    a: torch.Tensor,  # (..., n) source weights
+    b: torch.Tensor,  # (..., m) target weights
+    M: torch.Tensor,  # (..., n, m) cost
+    reg: float,  # entropic regulariser
+) -> tuple:  # (a, b, M) broadcast to the common batch shape
+    """Validate an entropic OT problem (NumPy arrays are converted); raise a clear error instead of
+    returning `nan`."""
     dev = next((x.device for x in (M, a, b) if isinstance(x, torch.Tensor)), None)
-    a, b, M = (torch.as_tensor(x, device=dev) if isinstance(x, np.ndarray) else x for x in (a, b, M))
+    a, b, M = (
+        torch.as_tensor(x, device=dev) if isinstance(x, np.ndarray) else x for x in (a, b, M)
+    )
     for name, x in (('a', a), ('b', b), ('M', M)):
-        if not isinstance(x, torch.Tensor): raise TypeError(f"{name} must be a torch.Tensor or a NumPy array, got {type(x).__name__}")
-        if not x.is_floating_point(): raise TypeError(f"{name} must be a floating tensor, got {x.dtype}")
-    if not (a.dtype == b.dtype == M.dtype): raise TypeError(f"dtype mismatch: a {a.dtype}, b {b.dtype}, M {M.dtype}")
-    if a.ndim < 1 or b.ndim < 1 or M.ndim < 2: raise ValueError("a, b need >= 1 dim and M >= 2 dims")
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(
+                f"{name} must be a torch.Tensor or a NumPy array, got {type(x).__name__}"
+            )
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got {x.dtype}")
+    if not (a.dtype == b.dtype == M.dtype):
+        raise TypeError(f"dtype mismatch: a {a.dtype}, b {b.dtype}, M {M.dtype}")
+    if a.ndim < 1 or b.ndim < 1 or M.ndim < 2:
+        raise ValueError("a, b need >= 1 dim and M >= 2 dims")
     if M.shape[-2:] != (a.shape[-1], b.shape[-1]):
-        raise ValueError(f"shape mismatch: M is {tuple(M.shape)} but a has n={a.shape[-1]} and b has m={b.shape[-1]}")
+        raise ValueError(
+            f"shape mismatch: M is {tuple(M.shape)} but a has n={a.shape[-1]} and b has "
+            f"m={b.shape[-1]}"
+        )
     batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2])
-    if batch is None: raise ValueError(f"batch shapes do not broadcast: a {tuple(a.shape)}, b {tuple(b.shape)}, M {tuple(M.shape)}")
-    if 0 in M.shape[-2:]: raise ValueError(f"empty problem: n = {a.shape[-1]}, m = {b.shape[-1]}; weights of sum 1 need at least one point on each side")
+    if batch is None:
+        raise ValueError(
+            f"batch shapes do not broadcast: a {tuple(a.shape)}, b {tuple(b.shape)}, M "
+            f"{tuple(M.shape)}"
+        )
+    if 0 in M.shape[-2:]:
+        raise ValueError(
+            f"empty problem: n = {a.shape[-1]}, m = {b.shape[-1]}; weights of sum 1 need at least "
+            "one point on each side"
+        )
     as_reg(reg)
     for name, x in (('M', M), ('a', a), ('b', b)):
-        if not torch.isfinite(x).all(): raise ValueError(f"{name} contains nan or inf")
-    if (a < 0).any() or (b < 0).any(): raise ValueError("weights a and b must be non-negative")
-    tol = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}.get(a.dtype, 1e-7)  # 16 bits: renormalised in float32 later
+        if not torch.isfinite(x).all():
+            raise ValueError(f"{name} contains nan or inf")
+    if (a < 0).any() or (b < 0).any():
+        raise ValueError("weights a and b must be non-negative")
+    # 16 bits: renormalised in float32 later
+    tol = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}.get(a.dtype, 1e-7)
     sa, sb = a.sum(-1), b.sum(-1)  # (...,)
     if not (((sa - 1).abs() <= tol) | (sa == 0)).all() or not ((sb - 1).abs() <= tol).all():
-        raise ValueError(f"weights must be normalised (sum 1; an all-zero `a` marks an absent item): a sums in "
-                         f"[{sa.min():.6g}, {sa.max():.6g}], b sums in [{sb.min():.6g}, {sb.max():.6g}]")
+        raise ValueError(
+            f"weights must be normalised (sum 1; an all-zero `a` marks an absent item): a sums in "
+            f"[{sa.min():.6g}, {sa.max():.6g}], b sums in [{sb.min():.6g}, {sb.max():.6g}]"
+        )
     n, m = a.shape[-1], b.shape[-1]
     return a.expand(*batch, n), b.expand(*batch, m), M.expand(*batch, n, m)
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #e2989747
-def marginal_error(log_u:torch.Tensor, # (..., n) row log-scalings
-                   log_v:torch.Tensor, # (..., m) column log-scalings
-                   logK:torch.Tensor,  # (..., n, m) $-M/\varepsilon$
-                   b:torch.Tensor      # (..., m) target column marginal
-                  ) -> torch.Tensor:   # (...,) $\lVert T^\top\mathbf 1 - b\rVert_2$
+def marginal_error(
+    log_u: torch.Tensor,  # (..., n) row log-scalings
+    log_v: torch.Tensor,  # (..., m) column log-scalings
+    logK: torch.Tensor,  # (..., n, m) $-M/\varepsilon$
+    b: torch.Tensor,  # (..., m) target column marginal
+) -> torch.Tensor:  # (...,) $\lVert T^\top\mathbf 1 - b\rVert_2$
     "Column-marginal violation of the plan $T = e^{\\log u + \\log K + \\log v}$."
     plan = torch.exp(log_u.unsqueeze(-1) + logK + log_v.unsqueeze(-2))  # (..., n, m)
     return (plan.sum(-2) - b).norm(dim=-1)  # (...,)
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #917fc32d
-def stop_floor(M:torch.Tensor, # (..., n, m) cost
-               b:torch.Tensor, # (..., m) target weights
-               reg:float,      # entropic regulariser
-               M_max:torch.Tensor|None=None # (...,) $\max|M|$ of each problem, if already at hand
-              ) -> torch.Tensor: # (...,) smallest marginal error the dtype can resolve, per problem
-    "Empirical rounding floor of each problem's marginal error: $8\\epsilon_{\\mathrm{mach}}\\sqrt{1+\\max|M|/\\varepsilon}\\,\\lVert b\\rVert_2$."
+def stop_floor(
+    M: torch.Tensor,  # (..., n, m) cost
+    b: torch.Tensor,  # (..., m) target weights
+    reg: float,  # entropic regulariser
+    M_max: torch.Tensor | None = None,  # (...,) $\max|M|$ of each problem, if already at hand
+) -> torch.Tensor:  # (...,) smallest marginal error the dtype can resolve, per problem
+    """Empirical rounding floor of each problem's marginal error:
+    $8\\epsilon_{\\mathrm{mach}}\\sqrt{1+\\max|M|/\\varepsilon}\\,\\lVert b\\rVert_2$."""
     eps = torch.finfo(M.dtype).eps
     M_max = M.abs().amax((-2, -1)) if M_max is None else M_max  # (...,)
     return 8 * eps * (1 + M_max / reg) ** 0.5 * b.norm(dim=-1)  # (...,)
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #ddc50586
-def item_thresholds(stop_thr:float|torch.Tensor, # a float, or (...,) one per problem (broadcast to the batch)
-                    M:torch.Tensor,   # (..., n, m) cost (batch shape already broadcast)
-                    b:torch.Tensor,   # (..., m) target weights
-                    reg:float,        # entropic regulariser
-                    M_max:torch.Tensor|None=None # (...,) $\max|M|$ of each problem, if already at hand
-                   ) -> torch.Tensor: # (...,) $\max(\texttt{stop\_thr}, \text{floor})$ for each problem
-    "Per-problem stopping thresholds: `stop_thr` (a float or a tensor, one per problem) floored by `stop_floor`."
+# a float, or (...,) one per problem (broadcast to the batch)
+def item_thresholds(
+    stop_thr: float | torch.Tensor,
+    M: torch.Tensor,  # (..., n, m) cost (batch shape already broadcast)
+    b: torch.Tensor,  # (..., m) target weights
+    reg: float,  # entropic regulariser
+    # (...,) $\max|M|$ of each problem, if already at hand
+    M_max: torch.Tensor | None = None,
+) -> torch.Tensor:  # (...,) $\max(\texttt{stop\_thr}, \text{floor})$ for each problem
+    """Per-problem stopping thresholds: `stop_thr` (a float or a tensor, one per problem) floored by
+    `stop_floor`."""
     batch = M.shape[:-2]
     thr = torch.as_tensor(stop_thr, dtype=M.dtype, device=M.device)
-    try: thr = thr.expand(batch)
-    except RuntimeError: raise ValueError(f"stop_thr of shape {tuple(thr.shape)} does not broadcast to the batch shape {tuple(batch)}") from None
-    if torch.isnan(thr).any() or (thr < 0).any(): raise ValueError("stop_thr must be non-negative (and not nan)")
+    try:
+        thr = thr.expand(batch)
+    except RuntimeError:
+        raise ValueError(
+            f"stop_thr of shape {tuple(thr.shape)} does not broadcast to the batch shape "
+            f"{tuple(batch)}"
+        ) from None
+    if torch.isnan(thr).any() or (thr < 0).any():
+        raise ValueError("stop_thr must be non-negative (and not nan)")
     return torch.maximum(thr, stop_floor(M, b, reg, M_max))  # (...,)
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #b0529305
-def solve_in_float32(a:torch.Tensor, # (..., n) 16-bit source weights
-                     b:torch.Tensor, # (..., m) 16-bit target weights
-                     M:torch.Tensor  # (..., n, m) 16-bit cost
-                    ) -> tuple:      # (a, b, M) in float32, weights renormalised (an all-zero `a` stays zero)
+def solve_in_float32(
+    a: torch.Tensor,  # (..., n) 16-bit source weights
+    b: torch.Tensor,  # (..., m) 16-bit target weights
+    M: torch.Tensor,  # (..., n, m) 16-bit cost
+) -> tuple:  # (a, b, M) in float32, weights renormalised (an all-zero `a` stays zero)
     "Upcast a 16-bit problem to float32 and renormalise its weights to sum 1."
     a, b, M = a.float(), b.float(), M.float()
     sa, sb = a.sum(-1, keepdim=True), b.sum(-1, keepdim=True)  # (..., 1)
     return torch.where(sa > 0, a / sa, a), b / sb, M
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #fb58249b
-def check_warm_start(x,                # (..., p) warm start (tensor or NumPy array), broadcastable to w
-                     w:torch.Tensor,   # (..., p) weights of that side (0 = padding)
-                     name:str,         # 'log_u0' or 'log_v0', for the message
-                     scale:float       # $\max|M|/\varepsilon$ over the batch
-                    ) -> torch.Tensor: # (..., p) x as a tensor of w's dtype
+# (..., p) warm start (tensor or NumPy array), broadcastable to w
+def check_warm_start(
+    x,
+    w: torch.Tensor,  # (..., p) weights of that side (0 = padding)
+    name: str,  # 'log_u0' or 'log_v0', for the message
+    scale: float,  # $\max|M|/\varepsilon$ over the batch
+) -> torch.Tensor:  # (..., p) x as a tensor of w's dtype
     "Refuse a warm start that is not finite, or absurdly large, on real entries."
     x = torch.as_tensor(x, device=w.device).to(w.dtype)
-    try: x = x.expand_as(w)
-    except RuntimeError: raise ValueError(f"{name} of shape {tuple(x.shape)} does not broadcast to the weights' shape {tuple(w.shape)}") from None
+    try:
+        x = x.expand_as(w)
+    except RuntimeError:
+        raise ValueError(
+            f"{name} of shape {tuple(x.shape)} does not broadcast to the weights' shape "
+            f"{tuple(w.shape)}"
+        ) from None
     real, lw = x[w > 0], w[w > 0]  # (r,), (r,)
-    if not torch.isfinite(real).all(): raise ValueError(f"{name} contains nan or inf on real entries (weight > 0); only padding may be infinite")
+    if not torch.isfinite(real).all():
+        raise ValueError(
+            f"{name} contains nan or inf on real entries (weight > 0); only padding may be infinite"
+        )
     bound = 100 + 8 * (scale - float(lw.min().log())) if len(lw) else math.inf
     if len(real) and float(real.abs().max()) > bound:
-        raise ValueError(f"{name} has entries of size {float(real.abs().max()):.3g}, beyond {bound:.3g} = 100 + 8 (max|M|/reg + max|log w|): rounding would erase the cost")
+        raise ValueError(
+            f"{name} has entries of size {float(real.abs().max()):.3g}, beyond {bound:.3g} = 100 + "
+            "8 (max|M|/reg + max|log w|): rounding would erase the cost"
+        )
     return x
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #77981b36
-def check_iterations(num_iter_max:int, # most iterations, >= 1
-                     check_every:int,  # iterations between checks, >= 1
-                     omega:float|str,  # over-relaxation in [1, 2), or 'auto'
-                     name:str='num_iter_max' # the caller's name for the cap, for the message
-                    ) -> None:
+def check_iterations(
+    num_iter_max: int,  # most iterations, >= 1
+    check_every: int,  # iterations between checks, >= 1
+    omega: float | str,  # over-relaxation in [1, 2), or 'auto'
+    name: str = 'num_iter_max',  # the caller's name for the cap, for the message
+) -> None:
     "Validate `sinkhorn_log`'s iteration settings (and any solver's cap, under its own name)."
     for name, k in ((name, num_iter_max), ('check_every', check_every)):
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1: raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
-    if not omega == 'auto' and not (isinstance(omega, (int, float)) and 1 <= omega < 2): raise ValueError(f"omega must be in [1, 2) or 'auto', got {omega!r}")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {k!r}")
+    if not omega == 'auto' and not (isinstance(omega, (int, float)) and 1 <= omega < 2):
+        raise ValueError(f"omega must be in [1, 2) or 'auto', got {omega!r}")
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #19ad9165
 class ConvergenceWarning(UserWarning, RuntimeWarning):
     "An iterative solver stopped at its iteration cap before its stopping rule held."
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #a725d2b9
-def sinkhorn_reference(a:torch.Tensor, # (n,) source weights, sum 1 (zeros allowed)
-                       b:torch.Tensor, # (m,) target weights, sum 1
-                       M:torch.Tensor, # (n, m) cost
-                       reg:float,      # entropic regulariser $\varepsilon > 0$
-                       stop_thr:float=1e-9, # stop when $\lVert T^\top\mathbf 1 - b\rVert_2 <$ this (`stop_floor`)
-                       num_iter_max:int=10000, # most iterations
-                       warn:bool=True, # `ConvergenceWarning` when num_iter_max is reached first
-                       log:bool=False  # dict(n_iter, err, converged, stop_thr) in place of n_iter
-                      ) -> tuple:      # plan (n, m), iterations run (or the log dict)
+def sinkhorn_reference(
+    a: torch.Tensor,  # (n,) source weights, sum 1 (zeros allowed)
+    b: torch.Tensor,  # (m,) target weights, sum 1
+    M: torch.Tensor,  # (n, m) cost
+    reg: float,  # entropic regulariser $\varepsilon > 0$
+    # stop when $\lVert T^\top\mathbf 1 - b\rVert_2 <$ this (`stop_floor`)
+    stop_thr: float = 1e-9,
+    num_iter_max: int = 10000,  # most iterations
+    warn: bool = True,  # `ConvergenceWarning` when num_iter_max is reached first
+    log: bool = False,  # dict(n_iter, err, converged, stop_thr) in place of n_iter
+) -> tuple:  # plan (n, m), iterations run (or the log dict)
     "Log-domain Sinkhorn on one problem, $v$ then $u$, checked every iteration: the shortest code."
-    a, b, M = check_ot_inputs(a, b, M, reg); check_iterations(num_iter_max, 1, 1.)
+    a, b, M = check_ot_inputs(a, b, M, reg)
+    check_iterations(num_iter_max, 1, 1.0)
     thr = max(stop_thr, float(stop_floor(M, b, reg)))  # what the dtype can resolve
     logK, log_a, log_b = -M / reg, a.log(), b.log()  # (n, m), (n,), (m,)
-    log_u = torch.where(a > 0, 0., -math.inf).to(M.dtype)  # (n,)
+    log_u = torch.where(a > 0, 0.0, -math.inf).to(M.dtype)  # (n,)
     for it in range(1, num_iter_max + 1):
         log_v = lse_update(log_b, logK.T, log_u)  # (m,)  log v <- log b - LSE_i(log K + log u)
         log_u = lse_update(log_a, logK, log_v)  # (n,)  log u <- log a - LSE_j(log K + log v)
         plan = torch.exp(log_u[:, None] + logK + log_v[None, :])  # (n, m)
         err = float((plan.sum(0) - b).norm())  # ||T^T 1 - b||_2
-        if err < thr: break
+        if err < thr:
+            break
     if warn and err >= thr:
-        warnings.warn(f"sinkhorn_reference: stopped at num_iter_max={num_iter_max} with "
-                      f"marginal error {err:.2e} >= stop_thr {thr:.1e}", ConvergenceWarning, stacklevel=2)
+        warnings.warn(
+            f"sinkhorn_reference: stopped at num_iter_max={num_iter_max} with "
+            f"marginal error {err:.2e} >= stop_thr {thr:.1e}",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     return plan, (dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr) if log else it)

@@ -4,8 +4,11 @@
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #6eb7cd3b
 from __future__ import annotations
-import math, numbers
-import numpy as np, torch, ot
+import math
+import numbers
+import numpy as np
+import torch
+import ot
 from .fgw import chain_positions, chain_structure, gw_objective, fgw_objective
 from .lfgw import chain_tau_bar, linear_cost, monotone_plan
 from .fgw_barycenter import sq_dists
@@ -16,163 +19,240 @@ __all__ = ['gw_term', 'lin_term', 'order_reversing_R_naive', 'lfgw_objective', '
            'linearization_gap', 'random_instance', 'solve_instance', 'bound_study']
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #db916e33
-def gw_term(plan:torch.Tensor,   # (..., n, m) plan
-            tau:torch.Tensor,    # (..., n) rollout positions
-            tau_bar:torch.Tensor # (..., m) barycenter positions
-           ) -> torch.Tensor:    # (...,) $\mathrm{GW}(T)$ on the chain structures
-    "GW term of any plan (any mass, any marginals) between two chains: $\\sum(|\\tau_t-\\tau_s|-|\\bar\\tau_j-\\bar\\tau_k|)^2T_{tj}T_{sk}$."
+def gw_term(
+    plan: torch.Tensor,  # (..., n, m) plan
+    tau: torch.Tensor,  # (..., n) rollout positions
+    tau_bar: torch.Tensor,  # (..., m) barycenter positions
+) -> torch.Tensor:  # (...,) $\mathrm{GW}(T)$ on the chain structures
+    """GW term of any plan (any mass, any marginals) between two chains:
+    $\\sum(|\\tau_t-\\tau_s|-|\\bar\\tau_j-\\bar\\tau_k|)^2T_{tj}T_{sk}$."""
     return gw_objective(plan, chain_structure(tau), chain_structure(tau_bar))  # (...,)
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #29553241
-def lin_term(plan:torch.Tensor,   # (..., n, m) plan
-             tau:torch.Tensor,    # (..., n) rollout positions
-             tau_bar:torch.Tensor # (..., m) barycenter positions
-            ) -> torch.Tensor:    # (...,) $\mathrm{Lin}(T)$
-    "Linear position term of any plan, $\\mathrm{Lin}(T) = \\sum_{t,j}(\\tau_t-\\bar\\tau_j)^2T_{tj}$ (half of Lemma 3.1's $\\langle G, T\\rangle$)."
+def lin_term(
+    plan: torch.Tensor,  # (..., n, m) plan
+    tau: torch.Tensor,  # (..., n) rollout positions
+    tau_bar: torch.Tensor,  # (..., m) barycenter positions
+) -> torch.Tensor:  # (...,) $\mathrm{Lin}(T)$
+    """Linear position term of any plan, $\\mathrm{Lin}(T) =
+    \\sum_{t,j}(\\tau_t-\\bar\\tau_j)^2T_{tj}$ (half of Lemma 3.1's $\\langle G, T\\rangle$)."""
     return (linear_cost(tau, tau_bar) * plan).sum((-2, -1)) / 2  # (...,)
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #f3cff6d4
-def order_reversing_R_naive(plan:torch.Tensor,   # (..., n, m) plan
-                            tau:torch.Tensor,    # (..., n) rollout positions
-                            tau_bar:torch.Tensor # (..., m) barycenter positions
-                           ) -> torch.Tensor:    # (...,) $R(T)$, $O(n^2m^2)$ time and memory
+def order_reversing_R_naive(
+    plan: torch.Tensor,  # (..., n, m) plan
+    tau: torch.Tensor,  # (..., n) rollout positions
+    tau_bar: torch.Tensor,  # (..., m) barycenter positions
+) -> torch.Tensor:  # (...,) $R(T)$, $O(n^2m^2)$ time and memory
     "Order-reversing term $R(T)$ by its definition (reference implementation, small sizes only)."
     x = tau.unsqueeze(-1) - tau.unsqueeze(-2)  # (..., n, n)  tau_t - tau_s
     y = tau_bar.unsqueeze(-1) - tau_bar.unsqueeze(-2)  # (..., m, m)  tau_bar_j - tau_bar_k
-    xy = x[..., :, None, :, None] * y[..., None, :, None, :]  # (..., n, m, n, m) indexed [t, j, s, k]
+    # (..., n, m, n, m) indexed [t, j, s, k]
+    xy = x[..., :, None, :, None] * y[..., None, :, None, :]
     W = torch.where(xy < 0, -xy, torch.zeros_like(xy))  # |x||y| [xy < 0]
     return torch.einsum('...tjsk,...tj,...sk->...', W, plan, plan)  # (...,)
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #0c11c70b
-def lfgw_objective(plan:torch.Tensor,   # (..., n, m) plan
-                   M:torch.Tensor,      # (..., n, m) feature cost $\lVert h_t - z_j\rVert^2$
-                   tau:torch.Tensor,    # (..., n) rollout positions
-                   tau_bar:torch.Tensor, # (..., m) barycenter positions
-                   alpha:float          # structure weight
-                  ) -> torch.Tensor:    # (...,) $F_{\mathrm{lin}}(T)$
-    "Linearized FGW objective at any plan: $(1-\\alpha)\\langle M,T\\rangle + \\alpha\\langle 2(\\tau-\\bar\\tau)^2, T\\rangle$."
+def lfgw_objective(
+    plan: torch.Tensor,  # (..., n, m) plan
+    M: torch.Tensor,  # (..., n, m) feature cost $\lVert h_t - z_j\rVert^2$
+    tau: torch.Tensor,  # (..., n) rollout positions
+    tau_bar: torch.Tensor,  # (..., m) barycenter positions
+    alpha: float,  # structure weight
+) -> torch.Tensor:  # (...,) $F_{\mathrm{lin}}(T)$
+    """Linearized FGW objective at any plan: $(1-\\alpha)\\langle M,T\\rangle + \\alpha\\langle
+    2(\\tau-\\bar\\tau)^2, T\\rangle$."""
     return (((1 - alpha) * M + alpha * linear_cost(tau, tau_bar)) * plan).sum((-2, -1))  # (...,)
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #7dfd9c9c
-def check_weights(a:torch.Tensor,  # (..., n) rollout weights
-                  b:torch.Tensor   # (..., m) barycenter weights
-                 ) -> None:
-    "Refuse weights that no plan can couple: not floating, nan/inf, negative, or totals that differ (relative $\\sqrt{\\text{eps}}$)."
-    if not all(isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim >= 1 for x in (a, b)):
+def check_weights(
+    a: torch.Tensor,  # (..., n) rollout weights
+    b: torch.Tensor,  # (..., m) barycenter weights
+) -> None:
+    """Refuse weights that no plan can couple: not floating, nan/inf, negative, or totals that
+    differ
+    (relative $\\sqrt{\\text{eps}}$)."""
+    if not all(
+        isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim >= 1 for x in (a, b)
+    ):
         raise TypeError("a and b must be floating torch tensors with at least one dimension")
-    if a.shape[:-1] != b.shape[:-1]: raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} have different batch shapes")
-    if not (torch.isfinite(a).all() and torch.isfinite(b).all()): raise ValueError("weights contain nan or inf")
-    if (a < 0).any() or (b < 0).any(): raise ValueError("weights have negative entries")
+    if a.shape[:-1] != b.shape[:-1]:
+        raise ValueError(f"a {tuple(a.shape)} and b {tuple(b.shape)} have different batch shapes")
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        raise ValueError("weights contain nan or inf")
+    if (a < 0).any() or (b < 0).any():
+        raise ValueError("weights have negative entries")
     sa, sb = a.sum(-1), b.sum(-1)  # (...,), (...,)
-    bad = (sa - sb).abs() > torch.finfo(a.dtype).eps ** .5 * torch.maximum(sa, sb)  # (...,)
+    bad = (sa - sb).abs() > torch.finfo(a.dtype).eps ** 0.5 * torch.maximum(sa, sb)  # (...,)
     if bad.any():
         i = bad.nonzero()[0].tolist()
-        raise ValueError(f"a and b have different totals ({float(sa[tuple(i)]):.6g} vs {float(sb[tuple(i)]):.6g}): no plan has both marginals")
+        raise ValueError(
+            f"a and b have different totals ({float(sa[tuple(i)]):.6g} vs "
+            f"{float(sb[tuple(i)]):.6g}): no plan has both marginals"
+        )
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #35ed61aa
-def random_plans(a:torch.Tensor,        # (B, n) non-negative weights
-                 b:torch.Tensor,        # (B, m) non-negative weights, same totals as `a` (any total)
-                 n_vertices:int=3,      # plans mixed: 1 gives a vertex of the transport polytope
-                 generator:torch.Generator|None=None # random source
-                ) -> torch.Tensor:      # (B, n, m) exactly feasible plans
-    "Random plans of $\\Pi(a,b)$: mixtures of north-west-corner plans in random row and column orders."
+def random_plans(
+    a: torch.Tensor,  # (B, n) non-negative weights
+    # (B, m) non-negative weights, same totals as `a` (any total)
+    b: torch.Tensor,
+    n_vertices: int = 3,  # plans mixed: 1 gives a vertex of the transport polytope
+    generator: torch.Generator | None = None,  # random source
+) -> torch.Tensor:  # (B, n, m) exactly feasible plans
+    """Random plans of $\\Pi(a,b)$: mixtures of north-west-corner plans in random row and column
+    orders."""
     check_weights(a, b)
-    if a.ndim != 2: raise ValueError(f"a (B, n) and b (B, m) expected, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.ndim != 2:
+        raise ValueError(
+            f"a (B, n) and b (B, m) expected, got {tuple(a.shape)} and {tuple(b.shape)}"
+        )
     B, n, m = a.shape[0], a.shape[-1], b.shape[-1]
     out = torch.zeros(B, n, m, dtype=a.dtype, device=a.device)  # (B, n, m)
-    w = -torch.rand(B, n_vertices, generator=generator, dtype=a.dtype).log()  # (B, V) Dirichlet(1) weights
+    # (B, V) Dirichlet(1) weights
+    w = -torch.rand(B, n_vertices, generator=generator, dtype=a.dtype).log()
     w = w / w.sum(-1, keepdim=True)
     for v in range(n_vertices):
-        rows, cols = torch.rand(B, n, generator=generator).argsort(-1), torch.rand(B, m, generator=generator).argsort(-1)  # (B, n), (B, m)
+        # (B, n), (B, m)
+        rows, cols = (
+            torch.rand(B, n, generator=generator).argsort(-1),
+            torch.rand(B, m, generator=generator).argsort(-1),
+        )
         P = monotone_plan(a.gather(-1, rows), b.gather(-1, cols))  # (B, n, m) in permuted order
-        P = P.gather(-2, rows.argsort(-1).unsqueeze(-1).expand(B, n, m)).gather(-1, cols.argsort(-1).unsqueeze(-2).expand(B, n, m))
+        P = P.gather(-2, rows.argsort(-1).unsqueeze(-1).expand(B, n, m)).gather(
+            -1, cols.argsort(-1).unsqueeze(-2).expand(B, n, m)
+        )
         out = out + w[:, v, None, None] * P  # (B, n, m)
     return out
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #c46cc5d8
-def _prefix_suffix(X:torch.Tensor # (..., n, m)
-                  ) -> torch.Tensor: # (..., n, m) $\sum_{t<s,\ j>k} X_{tj}$ at $(s, k)$
+def _prefix_suffix(
+    X: torch.Tensor,  # (..., n, m)
+) -> torch.Tensor:  # (..., n, m) $\sum_{t<s,\ j>k} X_{tj}$ at $(s, k)$
     "Exclusive prefix sum over rows and exclusive suffix sum over columns."
     X = X.cumsum(-2) - X  # rows t < s
     return X.flip(-1).cumsum(-1).flip(-1) - X  # columns j > k
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #4beed316
-def check_plan_positions(plan:torch.Tensor, tau:torch.Tensor, tau_bar:torch.Tensor) -> tuple:
-    "Validate a plan and its positions (floating, matching shapes, finite, non-negative); broadcast the positions."
+def check_plan_positions(plan: torch.Tensor, tau: torch.Tensor, tau_bar: torch.Tensor) -> tuple:
+    """Validate a plan and its positions (floating, matching shapes, finite, non-negative);
+    broadcast
+    the positions."""
     if not all(isinstance(x, torch.Tensor) and x.is_floating_point() for x in (plan, tau, tau_bar)):
         raise TypeError("plan, tau and tau_bar must be floating torch tensors")
     if plan.ndim < 2 or tau.shape[-1] != plan.shape[-2] or tau_bar.shape[-1] != plan.shape[-1]:
-        raise ValueError(f"shape mismatch: plan {tuple(plan.shape)} needs tau (..., {plan.shape[-2] if plan.ndim > 1 else '?'}) "
-                         f"and tau_bar (..., {plan.shape[-1]}), got {tuple(tau.shape)} and {tuple(tau_bar.shape)}")
-    if not (torch.isfinite(plan).all() and torch.isfinite(tau).all() and torch.isfinite(tau_bar).all()):
+        raise ValueError(
+            f"shape mismatch: plan {tuple(plan.shape)} needs tau (..., "
+            f"{plan.shape[-2] if plan.ndim > 1 else '?'}) "
+            f"and tau_bar (..., {plan.shape[-1]}), got {tuple(tau.shape)} and "
+            f"{tuple(tau_bar.shape)}"
+        )
+    if not (
+        torch.isfinite(plan).all() and torch.isfinite(tau).all() and torch.isfinite(tau_bar).all()
+    ):
         raise ValueError("plan or positions contain nan or inf")
-    if (plan < 0).any(): raise ValueError("plan has negative entries")
+    if (plan < 0).any():
+        raise ValueError("plan has negative entries")
     return plan, tau.expand(plan.shape[:-1]), tau_bar.expand(plan.shape[:-2] + tau_bar.shape[-1:])
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #ebda353e
 def _sort_chain(plan, tau, tau_bar):
     "Sort the plan's rows by $\\tau$ and columns by $\\bar\\tau$ (a no-op on chains)."
-    r, c = tau.argsort(dim=-1, stable=True), tau_bar.argsort(dim=-1, stable=True)  # (..., n), (..., m)
-    plan = plan.gather(-2, r.unsqueeze(-1).expand(plan.shape)).gather(-1, c.unsqueeze(-2).expand(plan.shape))  # (..., n, m)
+    # (..., n), (..., m)
+    r, c = tau.argsort(dim=-1, stable=True), tau_bar.argsort(dim=-1, stable=True)
+    # (..., n, m)
+    plan = plan.gather(-2, r.unsqueeze(-1).expand(plan.shape)).gather(
+        -1, c.unsqueeze(-2).expand(plan.shape)
+    )
     return plan, tau.gather(-1, r), tau_bar.gather(-1, c)
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #ce6cddd9
-def order_reversing_R(plan:torch.Tensor,   # (..., n, m) plan
-                      tau:torch.Tensor,    # (..., n) rollout positions
-                      tau_bar:torch.Tensor # (..., m) barycenter positions
-                     ) -> torch.Tensor:    # (...,) $R(T)$ in $O(nm)$
+def order_reversing_R(
+    plan: torch.Tensor,  # (..., n, m) plan
+    tau: torch.Tensor,  # (..., n) rollout positions
+    tau_bar: torch.Tensor,  # (..., m) barycenter positions
+) -> torch.Tensor:  # (...,) $R(T)$ in $O(nm)$
     "Order-reversing term $R(T)$ of Theorem 3.2 by 2-D prefix sums, $O(n\\,m)$."
-    plan, tau, tau_bar = _sort_chain(*check_plan_positions(plan, tau, tau_bar))  # (..., n, m), (..., n), (..., m)
+    # (..., n, m), (..., n), (..., m)
+    plan, tau, tau_bar = _sort_chain(*check_plan_positions(plan, tau, tau_bar))
     ts, tb = tau.unsqueeze(-1), tau_bar.unsqueeze(-2)  # (..., n, 1), (..., 1, m)
-    S0, S1, S2, S3 = (_prefix_suffix(X) for X in (plan, plan * tb, plan * ts, plan * ts * tb))  # (..., n, m) each
+    # (..., n, m) each
+    S0, S1, S2, S3 = (_prefix_suffix(X) for X in (plan, plan * tb, plan * ts, plan * ts * tb))
     # tau_s S1 - tau_s tau_bar_k S0 - S3 + tau_bar_k S2
     inner = ts * S1 - ts * tb * S0 - S3 + tb * S2  # (..., n, m)
     return 2 * (plan * inner).sum((-2, -1))  # (...,)
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #1b7aff79
-def order_reversing_mass(plan:torch.Tensor,   # (..., n, m) plan
-                         tau:torch.Tensor,    # (..., n) rollout positions (distinct on the plan's support)
-                         tau_bar:torch.Tensor # (..., m) barycenter positions (distinct)
-                        ) -> torch.Tensor:    # (...,) $\rho(T)$
-    "Order-reversing mass $\\rho(T) = \\sum_{\\text{order-reversing pairs}} T_{tj}T_{sk}$, by prefix sums in $O(n\\,m)$."
+def order_reversing_mass(
+    plan: torch.Tensor,  # (..., n, m) plan
+    # (..., n) rollout positions (distinct on the plan's support)
+    tau: torch.Tensor,
+    tau_bar: torch.Tensor,  # (..., m) barycenter positions (distinct)
+) -> torch.Tensor:  # (...,) $\rho(T)$
+    """Order-reversing mass $\\rho(T) = \\sum_{\\text{order-reversing pairs}} T_{tj}T_{sk}$, by
+    prefix
+    sums in $O(n\\,m)$."""
     plan, _, _ = _sort_chain(*check_plan_positions(plan, tau, tau_bar))  # (..., n, m)
     return 2 * (plan * _prefix_suffix(plan)).sum((-2, -1))  # (...,)
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #d5cad1c7
-def position_mean_gap(plan:torch.Tensor,   # (..., n, m) non-negative plan, any mass
-                      tau:torch.Tensor,    # (..., n) rollout positions
-                      tau_bar:torch.Tensor # (..., m) barycenter positions
-                     ) -> torch.Tensor:    # (...,) $m(T)$, 0 under Theorem 3.2's premise
-    "Mean position offset $m(T) = \\sum_t a_t\\tau_t - \\sum_j b_j\\bar\\tau_j$ with the plan's own marginals $a = T\\mathbf 1$, $b = T^\\top\\mathbf 1$."
+def position_mean_gap(
+    plan: torch.Tensor,  # (..., n, m) non-negative plan, any mass
+    tau: torch.Tensor,  # (..., n) rollout positions
+    tau_bar: torch.Tensor,  # (..., m) barycenter positions
+) -> torch.Tensor:  # (...,) $m(T)$, 0 under Theorem 3.2's premise
+    """Mean position offset $m(T) = \\sum_t a_t\\tau_t - \\sum_j b_j\\bar\\tau_j$ with the plan's
+    own
+    marginals $a = T\\mathbf 1$, $b = T^\\top\\mathbf 1$."""
     plan, tau, tau_bar = check_plan_positions(plan, tau, tau_bar)  # (..., n, m), (..., n), (..., m)
     # \sum_t a_t \tau_t - \sum_j b_j \bar\tau_j
     return (plan.sum(-1) * tau).sum(-1) - (plan.sum(-2) * tau_bar).sum(-1)  # (...,)
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #62fe4554
 def _as_float(x) -> float:
-    "A Python, numpy or one-element torch scalar as a float; nan for anything else (so range checks fail)."
-    if isinstance(x, torch.Tensor): return float(x) if x.numel() == 1 and not x.is_complex() else math.nan
-    return float(x) if isinstance(x, (numbers.Real, np.generic)) and not isinstance(x, (bool, np.bool_)) else math.nan
+    """A Python, numpy or one-element torch scalar as a float; nan for anything else (so range
+    checks
+    fail)."""
+    if isinstance(x, torch.Tensor):
+        return float(x) if x.numel() == 1 and not x.is_complex() else math.nan
+    return (
+        float(x)
+        if isinstance(x, (numbers.Real, np.generic)) and not isinstance(x, (bool, np.bool_))
+        else math.nan
+    )
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #cc834ff7
-def linearization_gap(plan:torch.Tensor,   # (..., n, m) non-negative plan, any mass and marginals
-                      tau:torch.Tensor,    # (..., n) rollout positions
-                      tau_bar:torch.Tensor, # (..., m) barycenter positions
-                      alpha:float          # structure weight in [0, 1]
-                     ) -> torch.Tensor:    # (...,) $\Delta(T) = F_{\mathrm{lin}}(T) - F(T)$
-    "Exact $F_{\\mathrm{lin}}(T)-F(T) = 4\\alpha R(T) + 2\\alpha m(T)^2 + 2\\alpha(1-s)\\,\\mathrm{Lin}(T)$ at any plan, $O(n\\,m)$."
-    if not 0 <= _as_float(alpha) <= 1: raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
+def linearization_gap(
+    plan: torch.Tensor,  # (..., n, m) non-negative plan, any mass and marginals
+    tau: torch.Tensor,  # (..., n) rollout positions
+    tau_bar: torch.Tensor,  # (..., m) barycenter positions
+    alpha: float,  # structure weight in [0, 1]
+) -> torch.Tensor:  # (...,) $\Delta(T) = F_{\mathrm{lin}}(T) - F(T)$
+    """Exact $F_{\\mathrm{lin}}(T)-F(T) = 4\\alpha R(T) + 2\\alpha m(T)^2 +
+    2\\alpha(1-s)\\,\\mathrm{Lin}(T)$ at any plan, $O(n\\,m)$."""
+    if not 0 <= _as_float(alpha) <= 1:
+        raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
     alpha = _as_float(alpha)
     m_T, s = position_mean_gap(plan, tau, tau_bar), plan.sum((-2, -1))  # (...,), (...,)
     # 4\alpha R + 2\alpha m^2 + 2\alpha (1 - s) Lin
-    return 4 * alpha * order_reversing_R(plan, tau, tau_bar) + 2 * alpha * m_T ** 2 + 2 * alpha * (1 - s) * lin_term(plan, tau, tau_bar)  # (...,)
+    # (...,)
+    return (
+        4 * alpha * order_reversing_R(plan, tau, tau_bar)
+        + 2 * alpha * m_T**2
+        + 2 * alpha * (1 - s) * lin_term(plan, tau, tau_bar)
+    )
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #3c6b704b
-def random_instance(rng:np.random.Generator, # random source
-                    max_n:int=8, max_m:int=6  # largest chain lengths
-                   ) -> tuple:               # (M (n, m), tau (n,), tau_bar (m,)) numpy float64
+def random_instance(
+    rng: np.random.Generator,  # random source
+    max_n: int = 8,
+    max_m: int = 6,  # largest chain lengths
+) -> tuple:  # (M (n, m), tau (n,), tau_bar (m,)) numpy float64
     "A small FGW instance between two chains whose features run along or against the chain."
-    n, m, d = int(rng.integers(2, max_n + 1)), int(rng.integers(2, max_m + 1)), int(rng.integers(1, 4))
+    n, m, d = (
+        int(rng.integers(2, max_n + 1)),
+        int(rng.integers(2, max_m + 1)),
+        int(rng.integers(1, 4)),
+    )
     tau, tau_bar = np.linspace(0, 1, n), np.linspace(0, 1, m)
     u, flip, scale = rng.standard_normal(d), rng.random() < 0.5, 2 * rng.random()
     h = scale * np.outer(1 - tau if flip else tau, u) + 0.3 * rng.standard_normal((n, d))  # (n, d)
@@ -180,49 +260,114 @@ def random_instance(rng:np.random.Generator, # random source
     return ot.dist(h, z), tau, tau_bar
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #a3e14e07
-def solve_instance(M:np.ndarray, tau:np.ndarray, tau_bar:np.ndarray, # an instance (see `random_instance`)
-                   alpha:float=0.25,                                 # structure weight
-                   rng:np.random.Generator|None=None,                # random initial plans
-                   a:np.ndarray|None=None, b:np.ndarray|None=None    # (n,), (m,) weights, equal totals (default uniform)
-                  ) -> dict:                                         # values, plans, and the exact gaps at T_lin and the best plan
-    "LFGW* exactly (`ot.emd`) and FGW by conditional gradient from several initial plans (best kept), for any weights."
-    n, m = M.shape; t = lambda x: torch.from_numpy(np.ascontiguousarray(x))
-    a, b = (ot.unif(k) if w is None else np.asarray(w, dtype=np.float64) for k, w in ((n, a), (m, b)))
-    if a.shape != (n,) or b.shape != (m,): raise ValueError(f"weights of shape ({n},) and ({m},) expected, got {a.shape} and {b.shape}")
-    check_weights(t(a), t(b)); C, Cb = np.abs(tau[:, None] - tau), np.abs(tau_bar[:, None] - tau_bar)
+# an instance (see `random_instance`)
+def solve_instance(
+    M: np.ndarray,
+    tau: np.ndarray,
+    tau_bar: np.ndarray,
+    alpha: float = 0.25,  # structure weight
+    rng: np.random.Generator | None = None,  # random initial plans
+    a: np.ndarray | None = None,  # (n,) weights (default uniform)
+    b: np.ndarray | None = None,  # (m,) weights, the same total (default uniform)
+) -> dict:  # values, plans, and the exact gaps at T_lin and the best plan
+    """LFGW* exactly (`ot.emd`) and FGW by conditional gradient from several initial plans (best
+    kept), for any weights."""
+    n, m = M.shape
+    t = lambda x: torch.from_numpy(np.ascontiguousarray(x))
+    a, b = (
+        ot.unif(k) if w is None else np.asarray(w, dtype=np.float64) for k, w in ((n, a), (m, b))
+    )
+    if a.shape != (n,) or b.shape != (m,):
+        raise ValueError(
+            f"weights of shape ({n},) and ({m},) expected, got {a.shape} and {b.shape}"
+        )
+    check_weights(t(a), t(b))
+    C, Cb = np.abs(tau[:, None] - tau), np.abs(tau_bar[:, None] - tau_bar)
     G = (1 - alpha) * M + alpha * 2 * (tau[:, None] - tau_bar) ** 2  # (n, m) linearized cost
     T_lin = ot.emd(a, b, G)  # (n, m)
     F = lambda T: float(fgw_objective(*(t(x) for x in (T, M, C, Cb)), alpha))
-    mono, anti = monotone_plan(t(a), t(b)).numpy(), monotone_plan(t(a[::-1]), t(b)).numpy()[::-1]  # (n, m) order-preserving, -reversing
+    # (n, m) order-preserving, -reversing
+    mono, anti = monotone_plan(t(a), t(b)).numpy(), monotone_plan(t(a[::-1]), t(b)).numpy()[::-1]
     rng = rng or np.random.default_rng(0)
-    inits = [np.outer(a, b) / a.sum(), mono, anti, T_lin, *(ot.emd(a, b, rng.random((n, m))) for _ in range(2))]
-    plans = [ot.gromov.fused_gromov_wasserstein(M, C, Cb, a, b, alpha=alpha, G0=G0) for G0 in inits] + [T_lin]
-    vals = [F(T) for T in plans]; best = int(np.argmin(vals))
-    gap_at = lambda T: float(linearization_gap(t(T), t(tau), t(tau_bar), alpha))  # Delta(T) = F_lin(T) - F(T)
-    return dict(lfgw=float(G.ravel() @ T_lin.ravel()), fgw=vals[best], plan=plans[best], T_lin=T_lin, F_lin_plan=vals[-1],
-                solver_vals=vals[:-1], m=float(a @ tau - b @ tau_bar), mass=float(a.sum()),
-                delta_plan=gap_at(plans[best]), delta_lin=gap_at(T_lin))
+    inits = [
+        np.outer(a, b) / a.sum(),
+        mono,
+        anti,
+        T_lin,
+        *(ot.emd(a, b, rng.random((n, m))) for _ in range(2)),
+    ]
+    plans = [
+        ot.gromov.fused_gromov_wasserstein(M, C, Cb, a, b, alpha=alpha, G0=G0) for G0 in inits
+    ] + [T_lin]
+    vals = [F(T) for T in plans]
+    best = int(np.argmin(vals))
+    # Delta(T) = F_lin(T) - F(T)
+    gap_at = lambda T: float(linearization_gap(t(T), t(tau), t(tau_bar), alpha))
+    return dict(
+        lfgw=float(G.ravel() @ T_lin.ravel()),
+        fgw=vals[best],
+        plan=plans[best],
+        T_lin=T_lin,
+        F_lin_plan=vals[-1],
+        solver_vals=vals[:-1],
+        m=float(a @ tau - b @ tau_bar),
+        mass=float(a.sum()),
+        delta_plan=gap_at(plans[best]),
+        delta_lin=gap_at(T_lin),
+    )
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #7cb7e71c
-def bound_study(n_instances:int=1000, # random instances
-                alpha:float=0.25,     # structure weight
-                seed:int=0,           # random seed
-                weights:str='uniform', # 'uniform' (the premise) or 'dirichlet' (random weights, m != 0)
-                mass:float=1.0        # total mass of both weight vectors
-               ) -> dict:             # per-instance arrays: gap, R, rho, m, lower and upper bounds, slacks, certificate flags
-    "Theorem 3.2's bound on random instances: $\\mathrm{LFGW}^\\star-\\mathrm{FGW}$ between $\\Delta(T_{\\mathrm{lin}})$ and $\\Delta(\\hat T)$ at the best FGW plan $\\hat T$."
-    if weights not in ('uniform', 'dirichlet'): raise ValueError(f"weights must be 'uniform' or 'dirichlet', got {weights!r}")
-    if not 0 < _as_float(mass) < math.inf: raise ValueError(f"mass must be a positive number, got {mass!r}")
+def bound_study(
+    n_instances: int = 1000,  # random instances
+    alpha: float = 0.25,  # structure weight
+    seed: int = 0,  # random seed
+    # 'uniform' (the premise) or 'dirichlet' (random weights, m != 0)
+    weights: str = 'uniform',
+    mass: float = 1.0,  # total mass of both weight vectors
+) -> dict:  # per-instance arrays: gap, R, rho, m, lower and upper bounds, slacks, certificate flags
+    """Theorem 3.2's bound on random instances: $\\mathrm{LFGW}^\\star-\\mathrm{FGW}$ between
+    $\\Delta(T_{\\mathrm{lin}})$ and $\\Delta(\\hat T)$ at the best FGW plan $\\hat T$."""
+    if weights not in ('uniform', 'dirichlet'):
+        raise ValueError(f"weights must be 'uniform' or 'dirichlet', got {weights!r}")
+    if not 0 < _as_float(mass) < math.inf:
+        raise ValueError(f"mass must be a positive number, got {mass!r}")
     mass = _as_float(mass)
     rng, rows = np.random.default_rng(seed), []
     for _ in range(n_instances):
         M, tau, tau_bar = random_instance(rng)
-        a, b = (mass * (ot.unif(k) if weights == 'uniform' else rng.dirichlet(np.ones(k))) for k in M.shape)
+        a, b = (
+            mass * (ot.unif(k) if weights == 'uniform' else rng.dirichlet(np.ones(k)))
+            for k in M.shape
+        )
         s = solve_instance(M, tau, tau_bar, alpha, rng, a, b)
         T, t, tb = (torch.from_numpy(x) for x in (s['plan'], tau, tau_bar))
-        rows.append((s['lfgw'], s['fgw'], float(order_reversing_R(T, t, tb)), float(order_reversing_mass(T, t, tb)), s['m'],
-                     s['delta_lin'], s['delta_plan'], s['F_lin_plan'], min(v for v in s['solver_vals'][:3])))
+        rows.append(
+            (
+                s['lfgw'],
+                s['fgw'],
+                float(order_reversing_R(T, t, tb)),
+                float(order_reversing_mass(T, t, tb)),
+                s['m'],
+                s['delta_lin'],
+                s['delta_plan'],
+                s['F_lin_plan'],
+                min(v for v in s['solver_vals'][:3]),
+            )
+        )
     lf, fg, R, rho, m, lo, up, F_tlin, plain = map(np.array, zip(*rows))
     gap = lf - fg
-    return dict(gap=gap, R=R, rho=rho, m=m, lower=lo, upper=up, slack=up - gap, lower_slack=gap - lo, lfgw=lf, fgw=fg,
-                F_T_lin=F_tlin, stuck=plain > F_tlin + 1e-12)  # CG from product/monotone/reversed plans ended above F(T_lin): a local optimum
+    return dict(
+        gap=gap,
+        R=R,
+        rho=rho,
+        m=m,
+        lower=lo,
+        upper=up,
+        slack=up - gap,
+        lower_slack=gap - lo,
+        lfgw=lf,
+        fgw=fg,
+        # CG from product/monotone/reversed plans ended above F(T_lin): a local optimum
+        F_T_lin=F_tlin,
+        stuck=plain > F_tlin + 1e-12,
+    )

@@ -4,8 +4,11 @@
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #dd60bb3d
 from __future__ import annotations
-import math, warnings
-import numpy as np, torch, ot
+import math
+import warnings
+import numpy as np
+import torch
+import ot
 from .entropic import check_ot_inputs, check_iterations, ConvergenceWarning
 
 # %% auto #0
@@ -13,11 +16,15 @@ __all__ = ['chain_positions', 'chain_structure', 'feature_norms', 'normalize_fea
            'fgw_objective', 'gw_gradient', 'fgw_line_search', 'fgw', 'fgw2', 'rollout_pair']
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #77991037
-def chain_positions(mask:torch.Tensor, # (..., T) bool, True on real tokens
-                    dtype:torch.dtype|None=None # float dtype of the result (default: torch's default dtype)
-                   ) -> torch.Tensor:  # (..., T) $\tau$ in [0, 1], 0 on padding
-    "Normalised chain positions $\\tau_t = (t-1)/(L-1)$ of the real tokens ($L=1$: $1/2$), 0 on padding."
-    if mask.dtype != torch.bool: raise TypeError(f"mask must be a bool tensor, got {mask.dtype}")
+def chain_positions(
+    mask: torch.Tensor,  # (..., T) bool, True on real tokens
+    # float dtype of the result (default: torch's default dtype)
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:  # (..., T) $\tau$ in [0, 1], 0 on padding
+    """Normalised chain positions $\\tau_t = (t-1)/(L-1)$ of the real tokens ($L=1$: $1/2$), 0 on
+    padding."""
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor, got {mask.dtype}")
     dtype = dtype or torch.get_default_dtype()
     t = (mask.long().cumsum(-1) - 1).to(dtype)  # (..., T) 0-based index among real tokens
     L = mask.sum(-1, keepdim=True).to(dtype)  # (..., 1)
@@ -25,17 +32,19 @@ def chain_positions(mask:torch.Tensor, # (..., T) bool, True on real tokens
     return tau * mask  # (..., T)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #c87a3ada
-def chain_structure(tau:torch.Tensor # (..., T) positions
-                   ) -> torch.Tensor: # (..., T, T) $C[t,s] = |\tau_t - \tau_s|$
+def chain_structure(
+    tau: torch.Tensor,  # (..., T) positions
+) -> torch.Tensor:  # (..., T, T) $C[t,s] = |\tau_t - \tau_s|$
     "Structure matrix of an attributed chain graph: $C[t,s] = |\\tau_t - \\tau_s|$."
     return (tau.unsqueeze(-1) - tau.unsqueeze(-2)).abs()  # (..., T, T)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #db999bca
-def feature_norms(h:torch.Tensor,      # (..., T, d) features, finite where they are read
-                  mask:torch.Tensor|None=None, # (..., T) bool rows that are read (default: all)
-                  per_rollout:bool=False, # one power of two for all read rows of a rollout
-                  norms:torch.Tensor|None=None, # (..., T) plain norms of h, if already computed
-                 ) -> tuple:            # h (..., T, d) (copied if rescaled), norms (..., T)
+def feature_norms(
+    h: torch.Tensor,  # (..., T, d) features, finite where they are read
+    mask: torch.Tensor | None = None,  # (..., T) bool rows that are read (default: all)
+    per_rollout: bool = False,  # one power of two for all read rows of a rollout
+    norms: torch.Tensor | None = None,  # (..., T) plain norms of h, if already computed
+) -> tuple:  # h (..., T, d) (copied if rescaled), norms (..., T)
     "Row norms that neither under- nor overflow: rows whose squares leave the range scaled by 2^-e."
     norms = torch.linalg.vector_norm(h, dim=-1) if norms is None else norms  # (..., T)
     fi = torch.finfo(h.dtype)
@@ -43,9 +52,11 @@ def feature_norms(h:torch.Tensor,      # (..., T, d) features, finite where they
     off = (norms < math.sqrt(h.shape[-1] * fi.tiny / fi.eps)) | torch.isinf(norms)  # (..., T)
     read = torch.ones_like(off) if mask is None else mask.expand_as(off)  # (..., T)
     off = (off.any(-1, keepdim=True) if per_rollout else off) & read  # (..., T)
-    if not off.any(): return h, norms
+    if not off.any():
+        return h, norms
     a = torch.where(off, h.abs().amax(-1), 0)  # (..., T) largest entry of each rescaled row
-    if per_rollout: a = torch.where(off, a.amax(-1, keepdim=True), 0)  # (..., T)
+    if per_rollout:
+        a = torch.where(off, a.amax(-1, keepdim=True), 0)  # (..., T)
     e = torch.frexp(a).exponent.to(h.dtype).unsqueeze(-1)  # (..., T, 1) a = m 2^e, m in [1/2, 1)
     # 2^-e in two factors: one alone overflows for subnormal rows (2^1074)
     scaled = h * torch.exp2(-(e // 2)) * torch.exp2(e // 2 - e)  # (..., T, d)
@@ -53,148 +64,200 @@ def feature_norms(h:torch.Tensor,      # (..., T, d) features, finite where they
     return h, torch.linalg.vector_norm(h, dim=-1)  # (..., T, d), (..., T)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #a13ac7fb
-def normalize_features(h:torch.Tensor,           # (..., T, d) hidden states (zero rows = padding stay zero)
-                       how:str='unit',           # 'unit' | 'none' | 'mean_norm'
-                       mask:torch.Tensor|None=None, # (..., T) bool real tokens, used by 'mean_norm'
-                      ) -> torch.Tensor:         # (..., T, d)
-    "Scale hidden states so that feature costs are O(1): unit norm per token (default) or per-rollout mean norm."
-    if how == 'none': return h
+# (..., T, d) hidden states (zero rows = padding stay zero)
+def normalize_features(
+    h: torch.Tensor,
+    how: str = 'unit',  # 'unit' | 'none' | 'mean_norm'
+    mask: torch.Tensor | None = None,  # (..., T) bool real tokens, used by 'mean_norm'
+) -> torch.Tensor:  # (..., T, d)
+    """Scale hidden states so that feature costs are O(1): unit norm per token (default) or
+    per-rollout mean norm."""
+    if how == 'none':
+        return h
     if how not in ('unit', 'mean_norm'):
         raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
     rollout = how == 'mean_norm'
     h, norms = feature_norms(h, mask if rollout else None, rollout)  # (..., T, d), (..., T)
-    if how == 'unit': return h / torch.where(norms > 0, norms, 1).unsqueeze(-1)  # (..., T, d)
+    if how == 'unit':
+        return h / torch.where(norms > 0, norms, 1).unsqueeze(-1)  # (..., T, d)
     w = torch.ones_like(norms) if mask is None else mask.to(h.dtype)  # (..., T)
     mean = (norms * w).sum(-1, keepdim=True) / w.sum(-1, keepdim=True).clamp(min=1)  # (..., 1)
     return h / torch.where(mean > 0, mean, 1).unsqueeze(-1)  # (..., T, d)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #971bbffb
-def chain_graph(h:torch.Tensor,    # (..., T, d) hidden states
-                mask:torch.Tensor, # (..., T) bool real tokens
-                how:str='unit'     # feature normalisation, see `normalize_features`
-               ) -> dict:          # h (..., T, d), tau (..., T), C (..., T, T), p (..., T)
-    "Attributed chain graph of (a batch of) rollouts: features, positions, structure and uniform node weights."
-    if h.shape[:-1] != mask.shape: raise ValueError(f"shape mismatch: h {tuple(h.shape)} vs mask {tuple(mask.shape)}")
+def chain_graph(
+    h: torch.Tensor,  # (..., T, d) hidden states
+    mask: torch.Tensor,  # (..., T) bool real tokens
+    how: str = 'unit',  # feature normalisation, see `normalize_features`
+) -> dict:  # h (..., T, d), tau (..., T), C (..., T, T), p (..., T)
+    """Attributed chain graph of (a batch of) rollouts: features, positions, structure and uniform
+    node weights."""
+    if h.shape[:-1] != mask.shape:
+        raise ValueError(f"shape mismatch: h {tuple(h.shape)} vs mask {tuple(mask.shape)}")
     tau = chain_positions(mask, h.dtype)  # (..., T)
     p = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp(min=1)  # (..., T)
-    return dict(h=normalize_features(h, how, mask) * mask.unsqueeze(-1), tau=tau, C=chain_structure(tau), p=p)
+    return dict(
+        h=normalize_features(h, how, mask) * mask.unsqueeze(-1),
+        tau=tau,
+        C=chain_structure(tau),
+        p=p,
+    )
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #2c5de9a6
-def gw_objective(plan:torch.Tensor, # (..., n, m) plan $T$
-                 C1:torch.Tensor,   # (..., n, n) structure of the first graph
-                 C2:torch.Tensor    # (..., m, m) structure of the second graph
-                ) -> torch.Tensor:  # (...,) $\sum (C_1[t,s]-C_2[j,k])^2 T_{tj}T_{sk}$
+def gw_objective(
+    plan: torch.Tensor,  # (..., n, m) plan $T$
+    C1: torch.Tensor,  # (..., n, n) structure of the first graph
+    C2: torch.Tensor,  # (..., m, m) structure of the second graph
+) -> torch.Tensor:  # (...,) $\sum (C_1[t,s]-C_2[j,k])^2 T_{tj}T_{sk}$
     "Gromov-Wasserstein (square loss) term of a plan, in $O(n^2 m + n m^2)$."
     p, q = plan.sum(-1), plan.sum(-2)  # (..., n), (..., m) marginals of the plan itself
     # p^T C1^2 p + q^T C2^2 q
-    const = (p * ((C1 ** 2) @ p.unsqueeze(-1)).squeeze(-1)).sum(-1) + (q * ((C2 ** 2) @ q.unsqueeze(-1)).squeeze(-1)).sum(-1)
+    const = (p * ((C1**2) @ p.unsqueeze(-1)).squeeze(-1)).sum(-1) + (
+        q * ((C2**2) @ q.unsqueeze(-1)).squeeze(-1)
+    ).sum(-1)
     # - 2 <C1 T C2^T, T>
     return const - 2 * (C1 @ plan @ C2.transpose(-1, -2) * plan).sum((-2, -1))  # (...,)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #f5e60ff4
-def fgw_objective(plan:torch.Tensor, # (..., n, m) plan $T$
-                  M:torch.Tensor,    # (..., n, m) feature cost
-                  C1:torch.Tensor,   # (..., n, n) structure 1
-                  C2:torch.Tensor,   # (..., m, m) structure 2
-                  alpha:float        # weight of the structure term
-                 ) -> torch.Tensor:  # (...,) $\mathcal F_\alpha(T)$
-    "FGW objective $\\mathcal F_\\alpha(T) = (1-\\alpha)\\langle M, T\\rangle + \\alpha\\,\\mathrm{GW}(T)$ (POT's $\\alpha$ convention)."
+def fgw_objective(
+    plan: torch.Tensor,  # (..., n, m) plan $T$
+    M: torch.Tensor,  # (..., n, m) feature cost
+    C1: torch.Tensor,  # (..., n, n) structure 1
+    C2: torch.Tensor,  # (..., m, m) structure 2
+    alpha: float,  # weight of the structure term
+) -> torch.Tensor:  # (...,) $\mathcal F_\alpha(T)$
+    """FGW objective $\\mathcal F_\\alpha(T) = (1-\\alpha)\\langle M, T\\rangle +
+    \\alpha\\,\\mathrm{GW}(T)$ (POT's $\\alpha$ convention)."""
     return (1 - alpha) * (M * plan).sum((-2, -1)) + alpha * gw_objective(plan, C1, C2)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #b4d6838e
-def gw_gradient(plan:torch.Tensor, # (n, m) current plan
-                C1:torch.Tensor,   # (n, n) symmetric structure 1
-                C2:torch.Tensor,   # (m, m) symmetric structure 2
-                p:torch.Tensor,    # (n,) first marginal
-                q:torch.Tensor     # (m,) second marginal
-               ) -> torch.Tensor:  # (n, m) $\nabla \mathrm{GW}(T)$
-    "Gradient of the GW term on $\\Pi(p,q)$: $2(C_1^{2} p 1^\\top + 1 q^\\top C_2^{2} - 2 C_1 T C_2)$."
-    const = ((C1 ** 2) @ p).unsqueeze(-1) + ((C2 ** 2) @ q).unsqueeze(-2)  # (n, m)
+def gw_gradient(
+    plan: torch.Tensor,  # (n, m) current plan
+    C1: torch.Tensor,  # (n, n) symmetric structure 1
+    C2: torch.Tensor,  # (m, m) symmetric structure 2
+    p: torch.Tensor,  # (n,) first marginal
+    q: torch.Tensor,  # (m,) second marginal
+) -> torch.Tensor:  # (n, m) $\nabla \mathrm{GW}(T)$
+    """Gradient of the GW term on $\\Pi(p,q)$: $2(C_1^{2} p 1^\\top + 1 q^\\top C_2^{2} - 2 C_1 T
+    C_2)$."""
+    const = ((C1**2) @ p).unsqueeze(-1) + ((C2**2) @ q).unsqueeze(-2)  # (n, m)
     return 2 * (const - 2 * C1 @ plan @ C2.T)  # (n, m)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #13f16325
-def fgw_line_search(plan:torch.Tensor,  # (n, m) current plan $T$
-                    delta:torch.Tensor, # (n, m) direction $\Delta = \tilde T - T$ (zero marginals)
-                    M:torch.Tensor,     # (n, m) feature cost
-                    C1:torch.Tensor,    # (n, n) symmetric structure 1
-                    C2:torch.Tensor,    # (m, m) symmetric structure 2
-                    alpha:float         # structure weight
-                   ) -> tuple:          # (gamma, change of the objective $a\gamma^2 + b\gamma$)
-    "Exact line search for the square-loss FGW objective along $\\Delta$: minimise $a\\gamma^2 + b\\gamma$ on $[0,1]$."
+def fgw_line_search(
+    plan: torch.Tensor,  # (n, m) current plan $T$
+    delta: torch.Tensor,  # (n, m) direction $\Delta = \tilde T - T$ (zero marginals)
+    M: torch.Tensor,  # (n, m) feature cost
+    C1: torch.Tensor,  # (n, n) symmetric structure 1
+    C2: torch.Tensor,  # (m, m) symmetric structure 2
+    alpha: float,  # structure weight
+) -> tuple:  # (gamma, change of the objective $a\gamma^2 + b\gamma$)
+    """Exact line search for the square-loss FGW objective along $\\Delta$: minimise $a\\gamma^2 +
+    b\\gamma$ on $[0,1]$."""
     dot = C1 @ delta @ C2.T  # (n, m)
     qa = float(-2 * alpha * (dot * delta).sum())  # a = -2 alpha <C1 D C2, D>
     qb = float((1 - alpha) * (M * delta).sum() - 4 * alpha * (dot * plan).sum())  # b
-    if qa > 0: gamma = min(1., max(0., -qb / (2 * qa)))  # convex parabola: clipped vertex
-    else: gamma = 1. if qa + qb < 0 else 0.  # concave or linear: best end point
-    return gamma, qa * gamma ** 2 + qb * gamma
+    if qa > 0:
+        gamma = min(1.0, max(0.0, -qb / (2 * qa)))  # convex parabola: clipped vertex
+    else:
+        gamma = 1.0 if qa + qb < 0 else 0.0  # concave or linear: best end point
+    return gamma, qa * gamma**2 + qb * gamma
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #cb9c4db9
 def _check_fgw_inputs(M, C1, C2, p, q, alpha):
     "Validate an FGW problem (single pair, symmetric structures); fill in uniform weights."
     n, m = M.shape[-2:] if M.ndim == 2 else (None, None)
-    if M.ndim != 2: raise ValueError(f"fgw solves one pair at a time: M must be (n, m), got {tuple(M.shape)}")
-    if C1.shape != (n, n) or C2.shape != (m, m): raise ValueError(f"shape mismatch: M {tuple(M.shape)}, C1 {tuple(C1.shape)}, C2 {tuple(C2.shape)}")
+    if M.ndim != 2:
+        raise ValueError(f"fgw solves one pair at a time: M must be (n, m), got {tuple(M.shape)}")
+    if C1.shape != (n, n) or C2.shape != (m, m):
+        raise ValueError(
+            f"shape mismatch: M {tuple(M.shape)}, C1 {tuple(C1.shape)}, C2 {tuple(C2.shape)}"
+        )
     p = torch.full((n,), 1 / n, dtype=M.dtype, device=M.device) if p is None else p
     q = torch.full((m,), 1 / m, dtype=M.dtype, device=M.device) if q is None else q
-    check_ot_inputs(p, q, M, 1.)
+    check_ot_inputs(p, q, M, 1.0)
     for name, C in (('C1', C1), ('C2', C2)):
-        if C.dtype != M.dtype: raise TypeError(f"dtype mismatch: {name} {C.dtype} vs M {M.dtype}")
-        if not torch.isfinite(C).all(): raise ValueError(f"{name} contains nan or inf")
-        if not torch.allclose(C, C.T, atol=1e-10): raise ValueError(f"{name} must be symmetric")
-    if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        if C.dtype != M.dtype:
+            raise TypeError(f"dtype mismatch: {name} {C.dtype} vs M {M.dtype}")
+        if not torch.isfinite(C).all():
+            raise ValueError(f"{name} contains nan or inf")
+        if not torch.allclose(C, C.T, atol=1e-10):
+            raise ValueError(f"{name} must be symmetric")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     return p, q
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #0674d54c
-def fgw(M:torch.Tensor,             # (n, m) feature cost $M_{tj}$
-        C1:torch.Tensor,            # (n, n) symmetric structure of graph 1
-        C2:torch.Tensor,            # (m, m) symmetric structure of graph 2
-        p:torch.Tensor|None=None,   # (n,) weights of graph 1 (default uniform)
-        q:torch.Tensor|None=None,   # (m,) weights of graph 2 (default uniform)
-        alpha:float=0.25,           # structure weight (POT convention; the paper's 0.25)
-        G0:torch.Tensor|None=None,  # (n, m) initial plan (default $p q^\top$)
-        max_iter:int=10000,         # most Frank-Wolfe iterations
-        tol_rel:float=1e-9,         # stop on relative change of the objective
-        tol_abs:float=1e-9,         # stop on absolute change of the objective
-        log:bool=False,             # also return dict(fgw_dist, loss, n_iter, converged)
-        warn:bool=True              # `ConvergenceWarning` when max_iter comes first
-       ):                           # plan (n, m) [, log]
-    "FGW plan by conditional gradient with exact line search (square loss), as `ot.gromov.fused_gromov_wasserstein`."
-    p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha); check_iterations(max_iter, 1, 1., 'max_iter')
+def fgw(
+    M: torch.Tensor,  # (n, m) feature cost $M_{tj}$
+    C1: torch.Tensor,  # (n, n) symmetric structure of graph 1
+    C2: torch.Tensor,  # (m, m) symmetric structure of graph 2
+    p: torch.Tensor | None = None,  # (n,) weights of graph 1 (default uniform)
+    q: torch.Tensor | None = None,  # (m,) weights of graph 2 (default uniform)
+    alpha: float = 0.25,  # structure weight (POT convention; the paper's 0.25)
+    G0: torch.Tensor | None = None,  # (n, m) initial plan (default $p q^\top$)
+    max_iter: int = 10000,  # most Frank-Wolfe iterations
+    tol_rel: float = 1e-9,  # stop on relative change of the objective
+    tol_abs: float = 1e-9,  # stop on absolute change of the objective
+    log: bool = False,  # also return dict(fgw_dist, loss, n_iter, converged)
+    warn: bool = True,  # `ConvergenceWarning` when max_iter comes first
+):  # plan (n, m) [, log]
+    """FGW plan by conditional gradient with exact line search (square loss), as
+    `ot.gromov.fused_gromov_wasserstein`."""
+    p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha)
+    check_iterations(max_iter, 1, 1.0, 'max_iter')
     G = p[:, None] * q[None, :] if G0 is None else G0.to(M)  # (n, m)
     tol = 1e-8 if M.dtype == torch.float64 else 1e-5
-    if G.shape != M.shape or (G.sum(1) - p).abs().max() > tol or (G.sum(0) - q).abs().max() > tol or (G < 0).any():
+    if (
+        G.shape != M.shape
+        or (G.sum(1) - p).abs().max() > tol
+        or (G.sum(0) - q).abs().max() > tol
+        or (G < 0).any()
+    ):
         raise ValueError(f"G0 must be a plan in Pi(p, q) of shape {tuple(M.shape)}")
     cost, losses = float(fgw_objective(G, M, C1, C2, alpha)), []
     losses.append(cost)
     p_np, q_np = p.detach().cpu().double().numpy(), q.detach().cpu().double().numpy()
     for it in range(1, max_iter + 1):
         grad = (1 - alpha) * M + alpha * gw_gradient(G, C1, C2, p, q)  # (n, m)
-        direction = torch.as_tensor(ot.emd(p_np, q_np, grad.detach().cpu().double().numpy()), dtype=M.dtype, device=M.device)  # (n, m)
+        # (n, m)
+        direction = torch.as_tensor(
+            ot.emd(p_np, q_np, grad.detach().cpu().double().numpy()), dtype=M.dtype, device=M.device
+        )
         gamma, change = fgw_line_search(G, direction - G, M, C1, C2, alpha)
         G, old, cost = G + gamma * (direction - G), cost, cost + change
         losses.append(cost)
         conv = abs(cost - old) < tol_abs or (cost != 0 and abs(cost - old) / abs(cost) < tol_rel)
-        if conv: break
+        if conv:
+            break
     if warn and not conv:
         step = abs(cost - old)  # last change of the objective
-        warnings.warn(f"fgw: stopped at max_iter={max_iter} Frank-Wolfe iterations with objective change "
-                      f"{step:.2e} (tol_abs {tol_abs:.0e}; relative {step / max(abs(cost), 1e-300):.2e}, "
-                      f"tol_rel {tol_rel:.0e})", ConvergenceWarning, stacklevel=2)
+        warnings.warn(
+            f"fgw: stopped at max_iter={max_iter} Frank-Wolfe iterations with objective change "
+            f"{step:.2e} (tol_abs {tol_abs:.0e}; relative {step / max(abs(cost), 1e-300):.2e}, "
+            f"tol_rel {tol_rel:.0e})",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     return (G, dict(fgw_dist=cost, loss=losses, n_iter=it, converged=conv)) if log else G
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #60fa4e78
-def fgw2(M, C1, C2, p=None, q=None, alpha:float=0.25, G0=None, **kwargs) -> float:
-    "FGW distance $\\mathcal F_\\alpha(T^\\star)$ at the plan `fgw` finds (a local optimum; see below), as `ot.gromov.fused_gromov_wasserstein2`."
+def fgw2(M, C1, C2, p=None, q=None, alpha: float = 0.25, G0=None, **kwargs) -> float:
+    """FGW distance $\\mathcal F_\\alpha(T^\\star)$ at the plan `fgw` finds (a local optimum; see
+    below), as `ot.gromov.fused_gromov_wasserstein2`."""
     plan = fgw(M, C1, C2, p, q, alpha, G0, **kwargs)
     return float(fgw_objective(plan, M, C1, C2, alpha))
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #df392cf9
-def rollout_pair(h:torch.Tensor,    # (K, T, d) hidden states
-                 mask:torch.Tensor, # (K, T) bool
-                 i:int, j:int,      # which two rollouts
-                 how:str='unit'     # feature normalisation
-                ) -> tuple:         # (M (L_i, L_j), C1 (L_i, L_i), C2 (L_j, L_j)) for `fgw`
-    "Feature cost and chain structures of rollouts `i` and `j` of a padded batch, trimmed to their real tokens."
+def rollout_pair(
+    h: torch.Tensor,  # (K, T, d) hidden states
+    mask: torch.Tensor,  # (K, T) bool
+    i: int,  # first rollout
+    j: int,  # second rollout
+    how: str = 'unit',  # feature normalisation
+) -> tuple:  # (M (L_i, L_j), C1 (L_i, L_i), C2 (L_j, L_j)) for `fgw`
+    """Feature cost and chain structures of rollouts `i` and `j` of a padded batch, trimmed to their
+    real tokens."""
     g = chain_graph(h, mask, how)
     ki, kj = mask[i], mask[j]  # (T,), (T,)
     M = torch.cdist(g['h'][i][ki], g['h'][j][kj]) ** 2  # (L_i, L_j) squared distances

@@ -4,8 +4,11 @@
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #a1716a50
 from __future__ import annotations
-import math, warnings
-import numpy as np, torch, ot
+import math
+import warnings
+import numpy as np
+import torch
+import ot
 from .fgw import fgw, fgw_objective, chain_graph, chain_structure
 from .entropic import ConvergenceWarning
 from ..rlvr.data import planted_stage_rollouts, PlantedRollouts
@@ -15,186 +18,343 @@ __all__ = ['update_features', 'update_structure', 'sq_dists', 'check_barycenter_
            'rollout_barycenter', 'lookalike_stage_rollouts', 'stage_mapping', 'stage_recovery', 'heldout_recovery']
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #ffa94658
-def update_features(plans:list,   # K plans (L_i, L_b), rollout -> barycenter
-                    hs:list,      # K features (L_i, d)
-                    lambdas:list, # K weights $\lambda_i$, sum 1
-                    b:torch.Tensor # (L_b,) barycenter weights
-                   ) -> torch.Tensor: # (L_b, d) $Z$
-    "Feature step of the FGW barycenter: $Z = \\operatorname{diag}(1/b)\\sum_i \\lambda_i T_i^\\top H_i$."
-    return sum(lam * plan.T @ h for lam, plan, h in zip(lambdas, plans, hs)) / b[:, None]  # (L_b, d)
+def update_features(
+    plans: list,  # K plans (L_i, L_b), rollout -> barycenter
+    hs: list,  # K features (L_i, d)
+    lambdas: list,  # K weights $\lambda_i$, sum 1
+    b: torch.Tensor,  # (L_b,) barycenter weights
+) -> torch.Tensor:  # (L_b, d) $Z$
+    """Feature step of the FGW barycenter: $Z = \\operatorname{diag}(1/b)\\sum_i \\lambda_i
+    T_i^\\top
+    H_i$."""
+    # (L_b, d)
+    return sum(lam * plan.T @ h for lam, plan, h in zip(lambdas, plans, hs)) / b[:, None]
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #c730f65a
-def update_structure(plans:list,   # K plans (L_i, L_b)
-                     Cs:list,      # K structures (L_i, L_i)
-                     lambdas:list, # K weights, sum 1
-                     b:torch.Tensor # (L_b,) barycenter weights
-                    ) -> torch.Tensor: # (L_b, L_b) $\bar C$
-    "Structure step of the FGW barycenter (square loss): $\\bar C = \\sum_i \\lambda_i T_i^\\top C_i T_i / (b b^\\top)$."
-    return sum(lam * plan.T @ C @ plan for lam, plan, C in zip(lambdas, plans, Cs)) / (b[:, None] * b[None, :])  # (L_b, L_b)
+def update_structure(
+    plans: list,  # K plans (L_i, L_b)
+    Cs: list,  # K structures (L_i, L_i)
+    lambdas: list,  # K weights, sum 1
+    b: torch.Tensor,  # (L_b,) barycenter weights
+) -> torch.Tensor:  # (L_b, L_b) $\bar C$
+    """Structure step of the FGW barycenter (square loss): $\\bar C = \\sum_i \\lambda_i T_i^\\top
+    C_i
+    T_i / (b b^\\top)$."""
+    # (L_b, L_b)
+    return sum(lam * plan.T @ C @ plan for lam, plan, C in zip(lambdas, plans, Cs)) / (
+        b[:, None] * b[None, :]
+    )
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #a60d647e
-def sq_dists(x:torch.Tensor,  # (..., n, p) points
-             y:torch.Tensor   # (..., m, p) points
-            ) -> torch.Tensor: # (..., n, m) $\lVert x_t - y_j\rVert^2$
-    "Squared Euclidean distances by one matrix product, $\\lVert x\\rVert^2+\\lVert y\\rVert^2-2xy^\\top$, clamped at 0 (POT's `ot.dist` default metric)."
-    xx, yy = (x * x).sum(-1).unsqueeze(-1), (y * y).sum(-1).unsqueeze(-2)  # (..., n, 1), (..., 1, m)
+def sq_dists(
+    x: torch.Tensor,  # (..., n, p) points
+    y: torch.Tensor,  # (..., m, p) points
+) -> torch.Tensor:  # (..., n, m) $\lVert x_t - y_j\rVert^2$
+    """Squared Euclidean distances by one matrix product, $\\lVert x\\rVert^2+\\lVert
+    y\\rVert^2-2xy^\\top$, clamped at 0 (POT's `ot.dist` default metric)."""
+    # (..., n, 1), (..., 1, m)
+    xx, yy = (x * x).sum(-1).unsqueeze(-1), (y * y).sum(-1).unsqueeze(-2)
     return (xx + yy - 2 * x @ y.transpose(-1, -2)).clamp_min_(0)  # (..., n, m)
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #b8dee878
-def check_barycenter_inputs(hs, Cs, ps, lambdas, L_b, b, dt=None): # as `fgw_barycenter`; tensors or NumPy arrays
-    "Validate and convert the inputs of `fgw_barycenter`; returns (hs, Cs, ps, lambdas, b) with lambdas normalised to sum 1."
+# as `fgw_barycenter`; tensors or NumPy arrays
+def check_barycenter_inputs(hs, Cs, ps, lambdas, L_b, b, dt=None):
+    """Validate and convert the inputs of `fgw_barycenter`; returns (hs, Cs, ps, lambdas, b) with
+    lambdas normalised to sum 1."""
     as_t = lambda x: torch.as_tensor(x) if isinstance(x, np.ndarray) else x
     hs, Cs = [as_t(h) for h in hs], [as_t(C) for C in Cs]
     K = len(hs)
-    if K == 0: raise ValueError("no rollouts: hs is empty (a barycenter needs at least one feature set)")
-    if len(Cs) != K: raise ValueError(f"need as many structures as feature sets (>= 1), got {K} and {len(Cs)}")
+    if K == 0:
+        raise ValueError("no rollouts: hs is empty (a barycenter needs at least one feature set)")
+    if len(Cs) != K:
+        raise ValueError(f"need as many structures as feature sets (>= 1), got {K} and {len(Cs)}")
     for name, xs in (('ps', ps), ('lambdas', lambdas)):
-        if xs is not None and len(xs) != K: raise ValueError(f"{name} has {len(xs)} entries for {K} rollouts")
+        if xs is not None and len(xs) != K:
+            raise ValueError(f"{name} has {len(xs)} entries for {K} rollouts")
     for i, (h, C) in enumerate(zip(hs, Cs)):
-        if not (isinstance(h, torch.Tensor) and h.ndim == 2 and h.is_floating_point()): raise TypeError(f"hs[{i}] must be a floating (L_i, d) tensor or array")
-        if h.shape[0] == 0: raise ValueError(f"hs[{i}] is empty (a rollout needs at least one token)")
-        if h.shape[1] != hs[0].shape[1]: raise ValueError(f"feature size mismatch: hs[{i}] has d = {h.shape[1]}, hs[0] has d = {hs[0].shape[1]}")
-        if h.dtype != hs[0].dtype: raise TypeError(f"dtype mismatch: hs[{i}] is {h.dtype}, hs[0] is {hs[0].dtype}")
-        if tuple(C.shape) != (h.shape[0],) * 2: raise ValueError(f"Cs[{i}] has shape {tuple(C.shape)}, expected {(h.shape[0],) * 2} to match hs[{i}]")
-    if isinstance(L_b, bool) or not isinstance(L_b, (int, np.integer)) or L_b < 1: raise ValueError(f"L_b must be an integer >= 1, got {L_b!r}")
-    lam = torch.full((K,), 1 / K, dtype=torch.float64) if lambdas is None else torch.as_tensor(np.asarray([float(x) for x in lambdas]))  # (K,)
-    if not torch.isfinite(lam).all(): raise ValueError(f"lambdas must be finite, got {lam.tolist()}")
-    if (lam < 0).any(): raise ValueError(f"lambdas must be non-negative, got {lam.tolist()}")
-    if lam.sum() <= 0: raise ValueError("lambdas sum to 0: at least one rollout needs a positive weight")
+        if not (isinstance(h, torch.Tensor) and h.ndim == 2 and h.is_floating_point()):
+            raise TypeError(f"hs[{i}] must be a floating (L_i, d) tensor or array")
+        if h.shape[0] == 0:
+            raise ValueError(f"hs[{i}] is empty (a rollout needs at least one token)")
+        if h.shape[1] != hs[0].shape[1]:
+            raise ValueError(
+                f"feature size mismatch: hs[{i}] has d = {h.shape[1]}, hs[0] has d = "
+                f"{hs[0].shape[1]}"
+            )
+        if h.dtype != hs[0].dtype:
+            raise TypeError(f"dtype mismatch: hs[{i}] is {h.dtype}, hs[0] is {hs[0].dtype}")
+        if tuple(C.shape) != (h.shape[0],) * 2:
+            raise ValueError(
+                f"Cs[{i}] has shape {tuple(C.shape)}, expected {(h.shape[0],) * 2} to match hs[{i}]"
+            )
+    if isinstance(L_b, bool) or not isinstance(L_b, (int, np.integer)) or L_b < 1:
+        raise ValueError(f"L_b must be an integer >= 1, got {L_b!r}")
+    # (K,)
+    lam = (
+        torch.full((K,), 1 / K, dtype=torch.float64)
+        if lambdas is None
+        else torch.as_tensor(np.asarray([float(x) for x in lambdas]))
+    )
+    if not torch.isfinite(lam).all():
+        raise ValueError(f"lambdas must be finite, got {lam.tolist()}")
+    if (lam < 0).any():
+        raise ValueError(f"lambdas must be non-negative, got {lam.tolist()}")
+    if lam.sum() <= 0:
+        raise ValueError("lambdas sum to 0: at least one rollout needs a positive weight")
     b = torch.full((L_b,), 1 / L_b, dtype=hs[0].dtype) if b is None else as_t(b)  # (L_b,)
-    if tuple(b.shape) != (L_b,) or not (b > 0).all(): raise ValueError(f"b must be positive of shape ({L_b},): the feature step divides by b")
-    ps = [torch.full((len(h),), 1 / len(h), dtype=h.dtype) for h in hs] if ps is None else [as_t(p) for p in ps]
+    if tuple(b.shape) != (L_b,) or not (b > 0).all():
+        raise ValueError(f"b must be positive of shape ({L_b},): the feature step divides by b")
+    ps = (
+        [torch.full((len(h),), 1 / len(h), dtype=h.dtype) for h in hs]
+        if ps is None
+        else [as_t(p) for p in ps]
+    )
     return hs, Cs, ps, (lam / lam.sum()).tolist(), b
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #853af890
-def fgw_barycenter(hs:list,             # K features (L_i, d)
-                   Cs:list,             # K symmetric structures (L_i, L_i)
-                   ps:list|None=None,   # K weights (L_i,) (default uniform)
-                   lambdas:list|None=None, # K weights $\lambda_i$ (default 1/K)
-                   L_b:int=32,          # barycenter size
-                   alpha:float=0.25,    # structure weight (POT convention)
-                   init_Z:torch.Tensor|None=None, # (L_b, d) initial features (default zeros, as POT)
-                   init_C:torch.Tensor|None=None, # (L_b, L_b) initial structure (default the chain on $\bar\tau$)
-                   fixed_structure:bool=False, fixed_features:bool=False, # hold $\bar C$ / $Z$ fixed
-                   b:torch.Tensor|None=None, # (L_b,) barycenter weights (default uniform)
-                   max_iter:int=100,    # most outer (block-coordinate) iterations
-                   tol:float=1e-9,      # stop when the free blocks move less than this (Frobenius)
-                   warmstart:bool=True, # start each FGW solve from the previous plan (monotone objective)
-                   init_plans:list|None=None, # K initial plans (L_i, L_b) for the first FGW solves
-                   fgw_kwargs:dict|None=None, # passed to `fgw` (default POT's inner tolerances tol_rel=1e-5, tol_abs=0)
-                   log:bool=False,      # also return dict(plans, loss, err, n_iter, converged, fgw_unconverged)
-                   warn:bool=True):     # `ConvergenceWarning`: `max_iter` before `tol`, or a last plan at its cap
-    "Exact FGW barycenter $(Z, \\bar C)$ by block-coordinate descent: plans, features, structure; `fgw`'s caps reported here."
+def fgw_barycenter(
+    hs: list,  # K features (L_i, d)
+    Cs: list,  # K symmetric structures (L_i, L_i)
+    ps: list | None = None,  # K weights (L_i,) (default uniform)
+    lambdas: list | None = None,  # K weights $\lambda_i$ (default 1/K)
+    L_b: int = 32,  # barycenter size
+    alpha: float = 0.25,  # structure weight (POT convention)
+    # (L_b, d) initial features (default zeros, as POT)
+    init_Z: torch.Tensor | None = None,
+    # (L_b, L_b) initial structure (default the chain on $\bar\tau$)
+    init_C: torch.Tensor | None = None,
+    fixed_structure: bool = False,  # hold $\bar C$ fixed
+    fixed_features: bool = False,  # hold $Z$ fixed
+    b: torch.Tensor | None = None,  # (L_b,) barycenter weights (default uniform)
+    max_iter: int = 100,  # most outer (block-coordinate) iterations
+    tol: float = 1e-9,  # stop when the free blocks move less than this (Frobenius)
+    # start each FGW solve from the previous plan (monotone objective)
+    warmstart: bool = True,
+    init_plans: list | None = None,  # K initial plans (L_i, L_b) for the first FGW solves
+    # passed to `fgw` (default POT's inner tolerances tol_rel=1e-5, tol_abs=0)
+    fgw_kwargs: dict | None = None,
+    # also return dict(plans, loss, err, n_iter, converged, fgw_unconverged)
+    log: bool = False,
+    # `ConvergenceWarning`: `max_iter` before `tol`, or a last plan at its cap
+    warn: bool = True,
+):
+    """Exact FGW barycenter $(Z, \\bar C)$ by block-coordinate descent: plans, features, structure;
+    `fgw`'s caps reported here."""
     hs, Cs, ps, lambdas, b = check_barycenter_inputs(hs, Cs, ps, lambdas, L_b, b)
     K, dt = len(hs), hs[0].dtype
-    if fixed_features and init_Z is None: raise ValueError("fixed_features=True needs init_Z")
-    Z = torch.zeros(L_b, hs[0].shape[1], dtype=dt) if init_Z is None else torch.as_tensor(init_Z).clone()  # (L_b, d)
-    Cb = chain_structure(torch.linspace(0, 1, L_b, dtype=dt)) if init_C is None else torch.as_tensor(init_C).clone()  # (L_b, L_b)
-    kw = dict(tol_rel=1e-5, tol_abs=0.) | (fgw_kwargs or {}) | dict(log=True, warn=False)  # inner caps: counted
+    if fixed_features and init_Z is None:
+        raise ValueError("fixed_features=True needs init_Z")
+    # (L_b, d)
+    Z = (
+        torch.zeros(L_b, hs[0].shape[1], dtype=dt)
+        if init_Z is None
+        else torch.as_tensor(init_Z).clone()
+    )
+    # (L_b, L_b)
+    Cb = (
+        chain_structure(torch.linspace(0, 1, L_b, dtype=dt))
+        if init_C is None
+        else torch.as_tensor(init_C).clone()
+    )
+    # inner caps: counted
+    kw = dict(tol_rel=1e-5, tol_abs=0.0) | (fgw_kwargs or {}) | dict(log=True, warn=False)
     plans, losses, errs = list(init_plans) if init_plans is not None else [None] * K, [], []
     for it in range(1, max_iter + 1):
         starts = plans if (warmstart or it == 1) else [None] * K
-        sols = [fgw(sq_dists(h, Z), C, Cb, p, b, alpha, G0=G, **kw) for h, C, p, G in zip(hs, Cs, ps, starts)]
+        sols = [
+            fgw(sq_dists(h, Z), C, Cb, p, b, alpha, G0=G, **kw)
+            for h, C, p, G in zip(hs, Cs, ps, starts)
+        ]
         plans = [P for P, _ in sols]  # K x (L_i, L_b)
         capped = sum(not lg['converged'] for _, lg in sols)  # plans that stopped at fgw's cap
         Z_old, C_old = Z, Cb
-        if not fixed_features: Z = update_features(plans, hs, lambdas, b)  # (L_b, d)
-        if not fixed_structure: Cb = update_structure(plans, Cs, lambdas, b)  # (L_b, L_b)
-        losses.append(float(sum(lam * fgw_objective(P, sq_dists(h, Z), C, Cb, alpha) for lam, P, h, C in zip(lambdas, plans, hs, Cs))))
-        errs.append(max(0. if fixed_features else float((Z - Z_old).norm()), 0. if fixed_structure else float((Cb - C_old).norm())))
-        if errs[-1] <= tol: break
+        if not fixed_features:
+            Z = update_features(plans, hs, lambdas, b)  # (L_b, d)
+        if not fixed_structure:
+            Cb = update_structure(plans, Cs, lambdas, b)  # (L_b, L_b)
+        losses.append(
+            float(
+                sum(
+                    lam * fgw_objective(P, sq_dists(h, Z), C, Cb, alpha)
+                    for lam, P, h, C in zip(lambdas, plans, hs, Cs)
+                )
+            )
+        )
+        errs.append(
+            max(
+                0.0 if fixed_features else float((Z - Z_old).norm()),
+                0.0 if fixed_structure else float((Cb - C_old).norm()),
+            )
+        )
+        if errs[-1] <= tol:
+            break
     if warn and errs[-1] > tol:
-        warnings.warn(f"fgw_barycenter: stopped after {it} outer iterations (max_iter={max_iter}) with change "
-                      f"{errs[-1]:.2e} > tol {tol:.1e}; increase max_iter", ConvergenceWarning, stacklevel=2)
+        warnings.warn(
+            f"fgw_barycenter: stopped after {it} outer iterations (max_iter={max_iter}) with "
+            "change "
+            f"{errs[-1]:.2e} > tol {tol:.1e}; increase max_iter",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
     if warn and capped:
-        warnings.warn(f"fgw_barycenter: {capped} of {K} FGW plans of the last iteration stopped at fgw's "
-                      f"max_iter={kw.get('max_iter', 10000)}", ConvergenceWarning, stacklevel=2)
-    lg = dict(plans=plans, loss=losses, err=errs, n_iter=it, converged=errs[-1] <= tol, fgw_unconverged=capped)
+        warnings.warn(
+            f"fgw_barycenter: {capped} of {K} FGW plans of the last iteration stopped at fgw's "
+            f"max_iter={kw.get('max_iter', 10000)}",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    lg = dict(
+        plans=plans,
+        loss=losses,
+        err=errs,
+        n_iter=it,
+        converged=errs[-1] <= tol,
+        fgw_unconverged=capped,
+    )
     return (Z, Cb, lg) if log else (Z, Cb)
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #eeda1b50
-def monotone_coupling(p:torch.Tensor, # (n,) weights of a chain, in order
-                      b:torch.Tensor  # (m,) weights of a second chain, in order
-                     ) -> torch.Tensor: # (n, m) the north-west-corner plan
-    "Monotone coupling of two ordered 1-D measures (north-west corner rule): the optimal plan for any convex cost of $\\tau - \\bar\\tau$."
+def monotone_coupling(
+    p: torch.Tensor,  # (n,) weights of a chain, in order
+    b: torch.Tensor,  # (m,) weights of a second chain, in order
+) -> torch.Tensor:  # (n, m) the north-west-corner plan
+    """Monotone coupling of two ordered 1-D measures (north-west corner rule): the optimal plan for
+    any convex cost of $\\tau - \\bar\\tau$."""
     P = torch.zeros(len(p), len(b), dtype=p.dtype)  # (n, m)
     i, j, ri, rj = 0, 0, float(p[0]), float(b[0])
     while i < len(p) and j < len(b):
-        mass = min(ri, rj); P[i, j] = mass; ri -= mass; rj -= mass
-        if ri <= rj: i += 1; ri = float(p[i]) if i < len(p) else 0.
-        else: j += 1; rj = float(b[j]) if j < len(b) else 0.
+        mass = min(ri, rj)
+        P[i, j] = mass
+        ri -= mass
+        rj -= mass
+        if ri <= rj:
+            i += 1
+            ri = float(p[i]) if i < len(p) else 0.0
+        else:
+            j += 1
+            rj = float(b[j]) if j < len(b) else 0.0
     return P
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #22feeffa
-def rollout_barycenter(h:torch.Tensor,    # (K, T, d) hidden states (padded)
-                       mask:torch.Tensor, # (K, T) bool real tokens
-                       L_b:int=32,        # barycenter size
-                       alpha:float=0.25,  # structure weight
-                       structure:str='chain', # 'chain': $\bar C$ fixed to the chain on $\bar\tau$; 'free': updated
-                       how:str='unit',    # feature normalisation (see `normalize_features`)
-                       **kwargs           # passed to `fgw_barycenter` (max_iter, tol, warmstart, ...)
-                      ) -> tuple:         # (Z (L_b, d), Cb (L_b, L_b), log with 'plans' K x (L_i, L_b))
-    "Exact FGW barycenter of a padded group of rollouts, started from the monotone position coupling."
+def rollout_barycenter(
+    h: torch.Tensor,  # (K, T, d) hidden states (padded)
+    mask: torch.Tensor,  # (K, T) bool real tokens
+    L_b: int = 32,  # barycenter size
+    alpha: float = 0.25,  # structure weight
+    # 'chain': $\bar C$ fixed to the chain on $\bar\tau$; 'free': updated
+    structure: str = 'chain',
+    how: str = 'unit',  # feature normalisation (see `normalize_features`)
+    # passed to `fgw_barycenter` (max_iter, tol, warmstart, ...)
+    **kwargs,
+) -> tuple:  # (Z (L_b, d), Cb (L_b, L_b), log with 'plans' K x (L_i, L_b))
+    """Exact FGW barycenter of a padded group of rollouts, started from the monotone position
+    coupling."""
     h, mask = torch.as_tensor(h), torch.as_tensor(mask)  # NumPy arrays accepted
-    if structure not in ('chain', 'free'): raise ValueError(f"structure must be 'chain' or 'free', got {structure!r}")
+    if structure not in ('chain', 'free'):
+        raise ValueError(f"structure must be 'chain' or 'free', got {structure!r}")
     K, g = h.shape[0], chain_graph(h, mask, how)
-    hs = [g['h'][i][mask[i]] for i in range(K)]; Cs = [g['C'][i][mask[i]][:, mask[i]] for i in range(K)]
+    hs = [g['h'][i][mask[i]] for i in range(K)]
+    Cs = [g['C'][i][mask[i]][:, mask[i]] for i in range(K)]
     b = torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (L_b,)
     P0 = [monotone_coupling(g['p'][i][mask[i]], b) for i in range(K)]  # K x (L_i, L_b)
     Z0 = update_features(P0, hs, [1 / K] * K, b)  # (L_b, d)
-    return fgw_barycenter(hs, Cs, L_b=L_b, alpha=alpha, init_Z=Z0, init_plans=P0, b=b,
-                          fixed_structure=(structure == 'chain'), log=True, **kwargs)
+    return fgw_barycenter(
+        hs,
+        Cs,
+        L_b=L_b,
+        alpha=alpha,
+        init_Z=Z0,
+        init_plans=P0,
+        b=b,
+        fixed_structure=(structure == 'chain'),
+        log=True,
+        **kwargs,
+    )
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #5d003659
-def lookalike_stage_rollouts(K:int=8,             # rollouts
-                             n_stages:int=6,      # S planted stages
-                             share:float=0.9,     # $\rho$: how far stage b's centre moves onto stage a's (0: unchanged, 1: equal)
-                             pairs:tuple=((0, 5), (1, 4)), # (a, b) stage pairs made to look alike
-                             dtype=torch.float64, # dtype of `hidden`
-                             **kwargs             # noise, p_skip, p_repeat, p_swap, seed, d, stage_len, ... of `planted_stage_rollouts`
-                            ) -> PlantedRollouts:
-    "`planted_stage_rollouts` with look-alike stages: in each pair (a, b), stage b's centre is pulled onto stage a's."
-    if not 0 <= share <= 1: raise ValueError(f"share must be in [0, 1], got {share}")
+def lookalike_stage_rollouts(
+    K: int = 8,  # rollouts
+    n_stages: int = 6,  # S planted stages
+    # $\rho$: how far stage b's centre moves onto stage a's (0: unchanged, 1: equal)
+    share: float = 0.9,
+    pairs: tuple = ((0, 5), (1, 4)),  # (a, b) stage pairs made to look alike
+    dtype=torch.float64,  # dtype of `hidden`
+    # noise, p_skip, p_repeat, p_swap, seed, d, stage_len, ... of `planted_stage_rollouts`
+    **kwargs,
+) -> PlantedRollouts:
+    """`planted_stage_rollouts` with look-alike stages: in each pair (a, b), stage b's centre is
+    pulled onto stage a's."""
+    if not 0 <= share <= 1:
+        raise ValueError(f"share must be in [0, 1], got {share}")
     if any(not (0 <= a < n_stages and 0 <= b < n_stages) or a == b for a, b in pairs):
         raise ValueError(f"pairs must be distinct stages in 0..{n_stages - 1}, got {pairs}")
     pr = planted_stage_rollouts(K=K, n_stages=n_stages, dtype=torch.float64, **kwargs)
     c = pr.centers.clone()  # (S, d)
-    for a, b in pairs: c[b] = torch.nn.functional.normalize(share * pr.centers[a] + (1 - share) * pr.centers[b], dim=-1)
+    for a, b in pairs:
+        c[b] = torch.nn.functional.normalize(
+            share * pr.centers[a] + (1 - share) * pr.centers[b], dim=-1
+        )
     s, m = pr.stages.clamp(min=0), pr.mask[..., None]  # (K, T), (K, T, 1)
     hidden = pr.hidden + (c[s] - pr.centers[s]) * m  # (K, T, d): same noise, new centres
-    return PlantedRollouts(hidden.to(dtype), pr.mask, pr.stages, c.to(dtype), pr.novel_center.to(dtype))
+    return PlantedRollouts(
+        hidden.to(dtype), pr.mask, pr.stages, c.to(dtype), pr.novel_center.to(dtype)
+    )
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #6b77fe3c
-def stage_mapping(plans:list,          # K plans (L_i, L_b) of the group
-                  stages:list,         # K long tensors (L_i,) stage label per real token
-                  n_labels:int,        # number of stage labels (S, or S+1 with a novel stage)
-                  lambdas:list|None=None # K weights (default 1/K)
-                 ) -> torch.Tensor:    # (L_b, n_labels) $A$, rows sum to 1
-    "Node-to-stage mapping $A_{js}$: share of barycenter node $j$'s mass coming from tokens of stage $s$."
+def stage_mapping(
+    plans: list,  # K plans (L_i, L_b) of the group
+    stages: list,  # K long tensors (L_i,) stage label per real token
+    n_labels: int,  # number of stage labels (S, or S+1 with a novel stage)
+    lambdas: list | None = None,  # K weights (default 1/K)
+) -> torch.Tensor:  # (L_b, n_labels) $A$, rows sum to 1
+    """Node-to-stage mapping $A_{js}$: share of barycenter node $j$'s mass coming from tokens of
+    stage
+    $s$."""
     lambdas = [1 / len(plans)] * len(plans) if lambdas is None else lambdas
-    A = sum(lam * P.T @ torch.nn.functional.one_hot(s, n_labels).to(P.dtype) for lam, P, s in zip(lambdas, plans, stages))  # (L_b, S)
+    # (L_b, S)
+    A = sum(
+        lam * P.T @ torch.nn.functional.one_hot(s, n_labels).to(P.dtype)
+        for lam, P, s in zip(lambdas, plans, stages)
+    )
     return A / A.sum(-1, keepdim=True).clamp(min=1e-300)  # (L_b, S)
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #cd30e595
-def stage_recovery(plans:list,        # plans (L_i, L_b) of some rollouts to the barycenter
-                   stages:list,       # their stage labels (L_i,)
-                   labels:torch.Tensor # (L_b,) node labels $\hat s_j$
-                  ) -> float:         # mean over rollouts of $\mathrm{SR}_i$
-    "Stage recovery: average plan mass landing on barycenter nodes labelled with the token's own stage."
-    return float(np.mean([float((P * (s[:, None] == labels[None, :])).sum()) for P, s in zip(plans, stages)]))
+def stage_recovery(
+    plans: list,  # plans (L_i, L_b) of some rollouts to the barycenter
+    stages: list,  # their stage labels (L_i,)
+    labels: torch.Tensor,  # (L_b,) node labels $\hat s_j$
+) -> float:  # mean over rollouts of $\mathrm{SR}_i$
+    """Stage recovery: average plan mass landing on barycenter nodes labelled with the token's own
+    stage."""
+    return float(
+        np.mean([float((P * (s[:, None] == labels[None, :])).sum()) for P, s in zip(plans, stages)])
+    )
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #5fc36e4a
-def heldout_recovery(Z:torch.Tensor,     # (L_b, d) barycenter features
-                     Cb:torch.Tensor,    # (L_b, L_b) barycenter structure
-                     labels:torch.Tensor, # (L_b,) node labels from the training rollouts
-                     h:torch.Tensor,     # (K', T, d) fresh rollouts
-                     mask:torch.Tensor,  # (K', T) bool
-                     stages:torch.Tensor, # (K', T) stage labels
-                     alpha:float=0.25,   # the method's structure weight
-                     how:str='unit'      # feature normalisation
-                    ) -> float:          # held-out stage recovery
-    "Held-out stage recovery: couple fresh rollouts to a fixed barycenter by FGW and score them with `stage_recovery`."
+def heldout_recovery(
+    Z: torch.Tensor,  # (L_b, d) barycenter features
+    Cb: torch.Tensor,  # (L_b, L_b) barycenter structure
+    labels: torch.Tensor,  # (L_b,) node labels from the training rollouts
+    h: torch.Tensor,  # (K', T, d) fresh rollouts
+    mask: torch.Tensor,  # (K', T) bool
+    stages: torch.Tensor,  # (K', T) stage labels
+    alpha: float = 0.25,  # the method's structure weight
+    how: str = 'unit',  # feature normalisation
+) -> float:  # held-out stage recovery
+    """Held-out stage recovery: couple fresh rollouts to a fixed barycenter by FGW and score them
+    with
+    `stage_recovery`."""
     g, b = chain_graph(h, mask, how), torch.full((Z.shape[0],), 1 / Z.shape[0], dtype=Z.dtype)
-    plans = [fgw(sq_dists(g['h'][i][m], Z), g['C'][i][m][:, m], Cb, g['p'][i][m], b, alpha,
-                 G0=monotone_coupling(g['p'][i][m], b)) for i, m in enumerate(mask)]
+    plans = [
+        fgw(
+            sq_dists(g['h'][i][m], Z),
+            g['C'][i][m][:, m],
+            Cb,
+            g['p'][i][m],
+            b,
+            alpha,
+            G0=monotone_coupling(g['p'][i][m], b),
+        )
+        for i, m in enumerate(mask)
+    ]
     return stage_recovery(plans, [stages[i][m] for i, m in enumerate(mask)], labels)

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #27edecce
 from __future__ import annotations
-import math, warnings
+import math
+import warnings
 import torch
 import ot
 from ..appendix.sinkhorn import sinkhorn_log
@@ -17,14 +18,20 @@ __all__ = ['anchor_plan', 'structure_cost', 'chain_tau_bar', 'linear_cost', 'lif
            'barycenter_update', 'check_barycenter_inputs', 'barycenter_cost', 'linearized_barycenter_reference']
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #07177df6
-def anchor_plan(mask:torch.Tensor, # (..., T) bool, True on real tokens; every row needs one
-                L_b:int,           # barycenter size $L_b \ge 2$
-                dtype=torch.float64 # dtype of the result
-               ) -> torch.Tensor:  # (..., T, L_b) $P^0 = e_1e_1^\top + e_Le_{L_b}^\top$
-    "Anchor plan of Lemma 3.1: first real token to node 1, last real token to node $L_b$, unit mass each."
-    if mask.dtype != torch.bool: raise TypeError(f"mask must be bool, got {mask.dtype}")
-    if L_b < 2: raise ValueError(f"L_b must be >= 2 (first and last node differ), got {L_b}")
-    if not mask.any(-1).all(): raise ValueError("anchor_plan: every rollout needs at least one real token")
+def anchor_plan(
+    mask: torch.Tensor,  # (..., T) bool, True on real tokens; every row needs one
+    L_b: int,  # barycenter size $L_b \ge 2$
+    dtype=torch.float64,  # dtype of the result
+) -> torch.Tensor:  # (..., T, L_b) $P^0 = e_1e_1^\top + e_Le_{L_b}^\top$
+    """Anchor plan of Lemma 3.1: first real token to node 1, last real token to node $L_b$, unit
+    mass
+    each."""
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be bool, got {mask.dtype}")
+    if L_b < 2:
+        raise ValueError(f"L_b must be >= 2 (first and last node differ), got {L_b}")
+    if not mask.any(-1).all():
+        raise ValueError("anchor_plan: every rollout needs at least one real token")
     T = mask.shape[-1]
     idx = torch.arange(T, device=mask.device)  # (T,)
     first = torch.where(mask, idx, T).amin(-1, keepdim=True)  # (..., 1)
@@ -35,148 +42,209 @@ def anchor_plan(mask:torch.Tensor, # (..., T) bool, True on real tokens; every r
     return P0
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #ec27d54c
-def structure_cost(C:torch.Tensor,     # (..., T, T) structure of the rollout
-                   C_bar:torch.Tensor, # (..., L_b, L_b) structure of the barycenter
-                   P:torch.Tensor      # (..., T, L_b) fixed second plan
-                  ) -> torch.Tensor:   # (..., T, L_b) $G_{tj}(P)=\sum_{s,k}(C_{ts}-\bar C_{jk})^2P_{sk}$
-    "Linear cost the GW term induces when its second plan is frozen to `P` (square-loss decomposition)."
+def structure_cost(
+    C: torch.Tensor,  # (..., T, T) structure of the rollout
+    C_bar: torch.Tensor,  # (..., L_b, L_b) structure of the barycenter
+    P: torch.Tensor,  # (..., T, L_b) fixed second plan
+) -> torch.Tensor:  # (..., T, L_b) $G_{tj}(P)=\sum_{s,k}(C_{ts}-\bar C_{jk})^2P_{sk}$
+    """Linear cost the GW term induces when its second plan is frozen to `P` (square-loss
+    decomposition)."""
     p, q = P.sum(-1), P.sum(-2)  # (..., T), (..., L_b)
     # (C^2 p)_t + (C_bar^2 q)_j
-    G = ((C ** 2) @ p.unsqueeze(-1)) + ((C_bar ** 2) @ q.unsqueeze(-1)).transpose(-1, -2)  # (..., T, L_b)
+    # (..., T, L_b)
+    G = ((C**2) @ p.unsqueeze(-1)) + ((C_bar**2) @ q.unsqueeze(-1)).transpose(-1, -2)
     return G - 2 * C @ P @ C_bar.transpose(-1, -2)  # (..., T, L_b)  - 2 C P C_bar^T
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #bbde72eb
-def chain_tau_bar(L_b:int,               # barycenter size
-                  dtype=torch.float64,   # dtype
-                  device=None            # device
-                 ) -> torch.Tensor:      # (L_b,) $\bar\tau_j = (j-1)/(L_b-1)$
-    "Positions of the barycenter's chain nodes (chapter 06_fgw's `chain_positions` on $L_b$ real nodes)."
-    if L_b < 1: raise ValueError(f"L_b must be >= 1, got {L_b}")
+def chain_tau_bar(
+    L_b: int,  # barycenter size
+    dtype=torch.float64,  # dtype
+    device=None,  # device
+) -> torch.Tensor:  # (L_b,) $\bar\tau_j = (j-1)/(L_b-1)$
+    """Positions of the barycenter's chain nodes (chapter 06_fgw's `chain_positions` on $L_b$ real
+    nodes)."""
+    if L_b < 1:
+        raise ValueError(f"L_b must be >= 1, got {L_b}")
     return chain_positions(torch.ones(L_b, dtype=torch.bool, device=device), dtype)  # (L_b,)
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #fe5917b5
-def linear_cost(tau:torch.Tensor,     # (..., T) rollout positions
-                tau_bar:torch.Tensor  # (..., L_b) barycenter positions
-               ) -> torch.Tensor:     # (..., T, L_b) $G_{tj} = 2(\tau_t-\bar\tau_j)^2$
+def linear_cost(
+    tau: torch.Tensor,  # (..., T) rollout positions
+    tau_bar: torch.Tensor,  # (..., L_b) barycenter positions
+) -> torch.Tensor:  # (..., T, L_b) $G_{tj} = 2(\tau_t-\bar\tau_j)^2$
     "Closed form of Lemma 3.1's anchor cost: $G = 2(\\tau-\\bar\\tau)^2$."
     return 2 * (tau.unsqueeze(-1) - tau_bar.unsqueeze(-2)) ** 2  # (..., T, L_b)
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #80d4efd4
-def lift(h:torch.Tensor,   # (..., T, d) features
-         tau:torch.Tensor, # (..., T) chain positions
-         alpha:float       # FGW trade-off $\alpha \in [0, 1]$
-        ) -> torch.Tensor: # (..., T, d+1) $\phi_t = (\sqrt{1-\alpha}\,h_t, \sqrt{2\alpha}\,\tau_t)$
+def lift(
+    h: torch.Tensor,  # (..., T, d) features
+    tau: torch.Tensor,  # (..., T) chain positions
+    alpha: float,  # FGW trade-off $\alpha \in [0, 1]$
+) -> torch.Tensor:  # (..., T, d+1) $\phi_t = (\sqrt{1-\alpha}\,h_t, \sqrt{2\alpha}\,\tau_t)$
     "Lifted points of Lemma 3.1, whose squared distances are the linearized FGW cost."
-    if not 0 <= alpha <= 1: raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    if tau.shape != h.shape[:-1]: raise ValueError(f"tau shape {tuple(tau.shape)} must be h's without d: {tuple(h.shape[:-1])}")
-    return torch.cat([math.sqrt(1 - alpha) * h, math.sqrt(2 * alpha) * tau.unsqueeze(-1).to(h.dtype)], -1)  # (..., T, d+1)
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if tau.shape != h.shape[:-1]:
+        raise ValueError(
+            f"tau shape {tuple(tau.shape)} must be h's without d: {tuple(h.shape[:-1])}"
+        )
+    # (..., T, d+1)
+    return torch.cat(
+        [math.sqrt(1 - alpha) * h, math.sqrt(2 * alpha) * tau.unsqueeze(-1).to(h.dtype)], -1
+    )
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #liftcost
 def lifted_cost(
-    h:torch.Tensor, # (..., T, d) (normalised) hidden states
-    tau:torch.Tensor, # (..., T) positions τ in [0, 1]
-    Z:torch.Tensor, # (..., L_b, d) barycenter supports (broadcast against h's leading dims)
-    tau_bar:torch.Tensor, # (L_b,) barycenter positions τ̄
-    alpha:float=0.25, # α, weight of the structure term
+    h: torch.Tensor,  # (..., T, d) (normalised) hidden states
+    tau: torch.Tensor,  # (..., T) positions τ in [0, 1]
+    Z: torch.Tensor,  # (..., L_b, d) barycenter supports (broadcast against h's leading dims)
+    tau_bar: torch.Tensor,  # (L_b,) barycenter positions τ̄
+    alpha: float = 0.25,  # α, weight of the structure term
 ) -> torch.Tensor:
-    "Lifted cost of Lemma 3.1, (1-α)‖h_t - z_j‖² + 2α(τ_t - τ̄_j)², shape (..., T, L_b): squared distances of chapter 6's lifted points."
+    """Lifted cost of Lemma 3.1, (1-α)‖h_t - z_j‖² + 2α(τ_t - τ̄_j)², shape (..., T, L_b): squared
+    distances of chapter 6's lifted points."""
     # (1-α)‖h - z‖² + 2α(τ - τ̄)² = ‖φ(h, τ) - φ(z, τ̄)‖²,  φ = (√(1-α) h, √(2α) τ)
-    return sq_dists(lift(h, tau, alpha), lift(Z, tau_bar.expand(Z.shape[:-1]), alpha))  # (..., T, L_b)
+    # (..., T, L_b)
+    return sq_dists(lift(h, tau, alpha), lift(Z, tau_bar.expand(Z.shape[:-1]), alpha))
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #81f8ecbb
-def lfgw(h:torch.Tensor,     # (..., T, d) rollout features (padding rows arbitrary)
-         mask:torch.Tensor,  # (..., T) bool, True on real tokens
-         z:torch.Tensor,     # (..., L_b, d) barycenter (or any chain's) features
-         alpha:float=0.25,   # FGW trade-off
-         reg:float=0.,       # 0: exact OT (`ot.emd`); > 0: entropic, log-domain Sinkhorn
-         **kwargs            # passed to `sinkhorn_log` when reg > 0
-        ) -> tuple:          # value (...,) and plan (..., T, L_b)
+def lfgw(
+    h: torch.Tensor,  # (..., T, d) rollout features (padding rows arbitrary)
+    mask: torch.Tensor,  # (..., T) bool, True on real tokens
+    z: torch.Tensor,  # (..., L_b, d) barycenter (or any chain's) features
+    alpha: float = 0.25,  # FGW trade-off
+    reg: float = 0.0,  # 0: exact OT (`ot.emd`); > 0: entropic, log-domain Sinkhorn
+    **kwargs,  # passed to `sinkhorn_log` when reg > 0
+) -> tuple:  # value (...,) and plan (..., T, L_b)
     "Linearized FGW (Lemma 3.1): $W_2^2$ between the lifted rollout and the lifted chain $z$."
-    tau, tau_bar = chain_positions(mask, h.dtype), chain_tau_bar(z.shape[-2], h.dtype, h.device)  # (..., T), (L_b,)
+    # (..., T), (L_b,)
+    tau, tau_bar = chain_positions(mask, h.dtype), chain_tau_bar(z.shape[-2], h.dtype, h.device)
     M = sq_dists(lift(h, tau, alpha), lift(z, tau_bar.expand(z.shape[:-1]), alpha))  # (..., T, L_b)
     a = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1)  # (..., T)
-    b = torch.full(M.shape[:-2] + (M.shape[-1],), 1 / M.shape[-1], dtype=h.dtype, device=h.device)  # (..., L_b)
-    if reg > 0: plan = sinkhorn_log(a, b, M, reg, **kwargs)  # (..., T, L_b)
+    # (..., L_b)
+    b = torch.full(M.shape[:-2] + (M.shape[-1],), 1 / M.shape[-1], dtype=h.dtype, device=h.device)
+    if reg > 0:
+        plan = sinkhorn_log(a, b, M, reg, **kwargs)  # (..., T, L_b)
     else:
-        flat = [ot.emd(ai, bi, Mi) for ai, bi, Mi in zip(a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), M.reshape(-1, *M.shape[-2:]))]
+        flat = [
+            ot.emd(ai, bi, Mi)
+            for ai, bi, Mi in zip(
+                a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), M.reshape(-1, *M.shape[-2:])
+            )
+        ]
         plan = torch.stack(flat).reshape(M.shape)  # (..., T, L_b)
     return (plan * M).sum((-2, -1)), plan
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #e5d5a786
-def monotone_plan(a:torch.Tensor, # (..., n) weights (zeros allowed)
-                  b:torch.Tensor  # (..., m) weights, same total
-                 ) -> torch.Tensor: # (..., n, m) north-west-corner coupling of a and b
-    "The monotone (comonotone, north-west-corner) coupling: overlap of the cumulative-weight intervals."
+def monotone_plan(
+    a: torch.Tensor,  # (..., n) weights (zeros allowed)
+    b: torch.Tensor,  # (..., m) weights, same total
+) -> torch.Tensor:  # (..., n, m) north-west-corner coupling of a and b
+    """The monotone (comonotone, north-west-corner) coupling: overlap of the cumulative-weight
+    intervals."""
     A, B = a.cumsum(-1), b.cumsum(-1)  # (..., n), (..., m)
     hi = torch.minimum(A.unsqueeze(-1), B.unsqueeze(-2))  # (..., n, m)  min(A_t, B_j)
-    lo = torch.maximum((A - a).unsqueeze(-1), (B - b).unsqueeze(-2))  # (..., n, m)  max(A_{t-1}, B_{j-1})
+    # (..., n, m)  max(A_{t-1}, B_{j-1})
+    lo = torch.maximum((A - a).unsqueeze(-1), (B - b).unsqueeze(-2))
     return (hi - lo).clamp_min(0)  # (..., n, m)
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #440787f7
-def barycenter_update(plans:torch.Tensor, # (..., K, T, L_b) plans rollout -> barycenter
-                      h:torch.Tensor,     # (..., K, T, d) rollout features
-                      lam:torch.Tensor    # (..., K) rollout weights, summing to 1 (0 = absent)
-                     ) -> torch.Tensor:   # (..., L_b, d)
-    "Feature step of the barycenter: $Z = \\operatorname{diag}(1/b)\\sum_i \\lambda_i T_i^\\top H_i$, $b$ = the plans' column mass."
+def barycenter_update(
+    plans: torch.Tensor,  # (..., K, T, L_b) plans rollout -> barycenter
+    h: torch.Tensor,  # (..., K, T, d) rollout features
+    lam: torch.Tensor,  # (..., K) rollout weights, summing to 1 (0 = absent)
+) -> torch.Tensor:  # (..., L_b, d)
+    """Feature step of the barycenter: $Z = \\operatorname{diag}(1/b)\\sum_i \\lambda_i T_i^\\top
+    H_i$, $b$ = the plans' column mass."""
     P = lam[..., None, None] * plans  # (..., K, T, L_b)  lam_i T_i
-    TH = P.flatten(-3, -2).transpose(-1, -2) @ h.flatten(-3, -2)  # (..., L_b, d)  sum_i lam_i T_i^T H_i, one product over (i, t)
+    # (..., L_b, d)  sum_i lam_i T_i^T H_i, one product over (i, t)
+    TH = P.flatten(-3, -2).transpose(-1, -2) @ h.flatten(-3, -2)
     b = P.sum((-3, -2))  # (..., L_b)  sum_i lam_i T_i^T 1 (= b at exact marginals)
     return TH / b.clamp_min(torch.finfo(b.dtype).tiny).unsqueeze(-1)  # (..., L_b, d)
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #3e095994
-def check_barycenter_inputs(h:torch.Tensor,    # (..., K, T, d) hidden states
-                            mask:torch.Tensor, # (..., K, T) bool
-                            weights:torch.Tensor|None=None # (..., K) non-negative rollout weights, or None (uniform)
-                           ) -> torch.Tensor:  # (..., K) $\lambda$: normalised over present rollouts, 0 if absent
-    "Validate barycenter inputs (types, shapes) and return the rollout weights $\\lambda$ (finiteness of `h`: `feature_scales`, in the same pass as the norms)."
-    if not isinstance(h, torch.Tensor) or not h.is_floating_point(): raise TypeError("h must be a floating torch.Tensor")
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool: raise TypeError("mask must be a bool torch.Tensor")
-    if h.ndim < 3: raise ValueError(f"h must be (..., K, T, d), got shape {tuple(h.shape)}")
-    if mask.shape != h.shape[:-1]: raise ValueError(f"mask shape {tuple(mask.shape)} must be h's without d: {tuple(h.shape[:-1])}")
-    if h.shape[-2] == 0 or h.shape[-1] == 0: raise ValueError(f"empty rollouts or features: h shape {tuple(h.shape)}")
+def check_barycenter_inputs(
+    h: torch.Tensor,  # (..., K, T, d) hidden states
+    mask: torch.Tensor,  # (..., K, T) bool
+    # (..., K) non-negative rollout weights, or None (uniform)
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:  # (..., K) $\lambda$: normalised over present rollouts, 0 if absent
+    """Validate barycenter inputs (types, shapes) and return the rollout weights $\\lambda$
+    (finiteness of `h`: `feature_scales`, in the same pass as the norms)."""
+    if not isinstance(h, torch.Tensor) or not h.is_floating_point():
+        raise TypeError("h must be a floating torch.Tensor")
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+        raise TypeError("mask must be a bool torch.Tensor")
+    if h.ndim < 3:
+        raise ValueError(f"h must be (..., K, T, d), got shape {tuple(h.shape)}")
+    if mask.shape != h.shape[:-1]:
+        raise ValueError(
+            f"mask shape {tuple(mask.shape)} must be h's without d: {tuple(h.shape[:-1])}"
+        )
+    if h.shape[-2] == 0 or h.shape[-1] == 0:
+        raise ValueError(f"empty rollouts or features: h shape {tuple(h.shape)}")
     present = mask.any(-1).to(h.dtype)  # (..., K)
     w = present if weights is None else weights.to(h) * present  # (..., K)
-    if not torch.isfinite(w).all() or (w < 0).any(): raise ValueError("weights must be finite and non-negative")
+    if not torch.isfinite(w).all() or (w < 0).any():
+        raise ValueError("weights must be finite and non-negative")
     return w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(h.dtype).tiny)  # (..., K)
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #90f69d49
-def barycenter_cost(phi:torch.Tensor,     # (..., K, T, d+1) lifted rollouts
-                    Z:torch.Tensor,       # (..., L_b, d) barycenter features
-                    tau_bar:torch.Tensor, # (L_b,) barycenter positions
-                    alpha:float           # FGW trade-off
-                   ) -> torch.Tensor:     # (..., K, T, L_b) $\tilde M_{i,tj} = \lVert\phi_{i,t}-\bar\phi_j\rVert^2$
+def barycenter_cost(
+    phi: torch.Tensor,  # (..., K, T, d+1) lifted rollouts
+    Z: torch.Tensor,  # (..., L_b, d) barycenter features
+    tau_bar: torch.Tensor,  # (L_b,) barycenter positions
+    alpha: float,  # FGW trade-off
+) -> torch.Tensor:  # (..., K, T, L_b) $\tilde M_{i,tj} = \lVert\phi_{i,t}-\bar\phi_j\rVert^2$
     "Lifted cost of every rollout to the barycenter $(Z, \\bar\\tau)$."
     phi_bar = lift(Z, tau_bar.expand(Z.shape[:-1]), alpha)  # (..., L_b, d+1)
     return sq_dists(phi, phi_bar.unsqueeze(-3))  # (..., K, T, L_b)
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #06a8a786
 def linearized_barycenter_reference(
-    h:torch.Tensor, # (K, T, d) hidden states of one group's rollouts
-    mask:torch.Tensor, # (K, T) bool, True on real tokens (every rollout has one)
-    alpha:float=0.25, L_b:int=32, reg:float=0.05, # FGW trade-off, barycenter size, $\varepsilon$
-    max_iter:int=1000, # most barycenter iterations
-    tol:float=1e-10, # stop when an iteration moves Z by at most this (max |Z_new - Z|); 0: run max_iter
-    stop_thr:float=1e-12, # Sinkhorn's marginal tolerance
-    warn:bool=True, # a `ConvergenceWarning` when max_iter is reached with tol > 0
-    log:bool=False, # also return dict(n_iter, change, converged)
-) -> tuple: # Z (L_b, d), the last plans (K, T, L_b) (against the Z before it)[, log]
-    "Linearized FGW barycenter of one group by block-coordinate descent: plans, then the feature step."
+    h: torch.Tensor,  # (K, T, d) hidden states of one group's rollouts
+    mask: torch.Tensor,  # (K, T) bool, True on real tokens (every rollout has one)
+    alpha: float = 0.25,  # FGW trade-off
+    L_b: int = 32,  # barycenter size
+    reg: float = 0.05,  # entropic $\varepsilon$
+    max_iter: int = 1000,  # most barycenter iterations
+    # stop when an iteration moves Z by at most this (max |Z_new - Z|); 0: run max_iter
+    tol: float = 1e-10,
+    stop_thr: float = 1e-12,  # Sinkhorn's marginal tolerance
+    warn: bool = True,  # a `ConvergenceWarning` when max_iter is reached with tol > 0
+    log: bool = False,  # also return dict(n_iter, change, converged)
+) -> tuple:  # Z (L_b, d), the last plans (K, T, L_b) (against the Z before it)[, log]
+    """Linearized FGW barycenter of one group by block-coordinate descent: plans, then the feature
+    step."""
     hn = normalize_features(h, how='unit') * mask.unsqueeze(-1)  # (K, T, d)
     phi = lift(hn, chain_positions(mask, h.dtype), alpha)  # (K, T, d+1)
     tau_bar = chain_tau_bar(L_b, h.dtype)  # (L_b,)
     a = mask.to(h.dtype) / mask.sum(-1, keepdim=True)  # (K, T)
     b = torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (L_b,)
     lam = torch.full((len(h),), 1 / len(h), dtype=h.dtype)  # (K,)
-    Z = barycenter_update(monotone_plan(a, b), hn, lam)  # (L_b, d) start: the order-preserving plans
+    # (L_b, d) start: the order-preserving plans
+    Z = barycenter_update(monotone_plan(a, b), hn, lam)
     for it in range(1, max_iter + 1):
         M = barycenter_cost(phi, Z, tau_bar, alpha)  # (K, T, L_b) lifted cost
-        plans = torch.stack([sinkhorn_reference(a[i], b, M[i], reg, stop_thr)[0] for i in range(len(h))])
+        plans = torch.stack(
+            [sinkhorn_reference(a[i], b, M[i], reg, stop_thr)[0] for i in range(len(h))]
+        )
         # Z = diag(1/b) sum_i lambda_i T_i^T H_i, the feature step
         Z_new = barycenter_update(plans, hn, lam)  # (L_b, d)
         change, Z = (Z_new - Z).abs().max(), Z_new
-        if change <= tol: break
+        if change <= tol:
+            break
     converged = bool(change <= tol)
     if warn and tol > 0 and not converged:
-        warnings.warn(f"linearized_barycenter_reference: stopped at max_iter={max_iter} with Z still moving by "
-                      f"{float(change):.1e} > tol={tol:.0e}", ConvergenceWarning, stacklevel=2)
-    return (Z, plans, dict(n_iter=it, change=float(change), converged=converged)) if log else (Z, plans)
+        warnings.warn(
+            f"linearized_barycenter_reference: stopped at max_iter={max_iter} with Z still moving "
+            "by "
+            f"{float(change):.1e} > tol={tol:.0e}",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    return (
+        (Z, plans, dict(n_iter=it, change=float(change), converged=converged))
+        if log
+        else (Z, plans)
+    )

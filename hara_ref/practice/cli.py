@@ -4,7 +4,15 @@
 
 # %% ../../nbs/5_practice/21_cli.ipynb #d88b8755
 from __future__ import annotations
-import argparse, dataclasses, importlib, inspect, json, re, sys, time, typing
+import argparse
+import dataclasses
+import importlib
+import inspect
+import json
+import re
+import sys
+import time
+import typing
 from pathlib import Path
 
 # %% auto #0
@@ -14,105 +22,173 @@ __all__ = ['COMMANDS', 'TRAIN_FLAGS', 'main', 'field_comments', 'add_dataclass_f
 
 # %% ../../nbs/5_practice/21_cli.ipynb #294267e7
 COMMANDS = {  # subcommand path -> (module, function, one-line help)
-    ('train',): ('hara_ref.practice.cli', 'train_cli', 'RLVR training of a Qwen3 model: SFT warm-start, then GRPO vs HARA'),
-    ('bench', 'ot'): ('hara_ref.practice.cli', 'bench_ot_cli', 'benchmark: linearized vs exact FGW barycenter, batched Sinkhorn vs POT'),
-    ('bench', 'hara'): ('hara_ref.practice.cli', 'bench_hara_cli', 'benchmark: hara_advantages vs its matrix-product lower bound'),
-    ('study',): ('hara_ref.practice.cli', 'study_cli', "the paper's experiments at our scale: Tables 1-4, Figures 4-7, paired over seeds"),
-    ('compare', 'hora'): ('hara_ref.practice.cli', 'compare_hora_cli', 'uniform vs HORA rollout allocation (GRPO, RLOO), compute-matched, over seeds'),
-    ('compare', 'hp-rlvr'): ('hara_ref.practice.cli', 'compare_hp_cli', 'GRPO vs HP-RLVR at 1/G and at matched rollouts, over seeds'),
+    ('train',): (
+        'hara_ref.practice.cli',
+        'train_cli',
+        'RLVR training of a Qwen3 model: SFT warm-start, then GRPO vs HARA',
+    ),
+    ('bench', 'ot'): (
+        'hara_ref.practice.cli',
+        'bench_ot_cli',
+        'benchmark: linearized vs exact FGW barycenter, batched Sinkhorn vs POT',
+    ),
+    ('bench', 'hara'): (
+        'hara_ref.practice.cli',
+        'bench_hara_cli',
+        'benchmark: hara_advantages vs its matrix-product lower bound',
+    ),
+    ('study',): (
+        'hara_ref.practice.cli',
+        'study_cli',
+        "the paper's experiments at our scale: Tables 1-4, Figures 4-7, paired over seeds",
+    ),
+    ('compare', 'hora'): (
+        'hara_ref.practice.cli',
+        'compare_hora_cli',
+        'uniform vs HORA rollout allocation (GRPO, RLOO), compute-matched, over seeds',
+    ),
+    ('compare', 'hp-rlvr'): (
+        'hara_ref.practice.cli',
+        'compare_hp_cli',
+        'GRPO vs HP-RLVR at 1/G and at matched rollouts, over seeds',
+    ),
 }
 
 # %% ../../nbs/5_practice/21_cli.ipynb #64ff9079
 def _usage() -> str:
     "The top-level help text."
-    lines = ["usage: hara-ref COMMAND [ARGS...]", "", "HARA reference implementation: training and benchmarks.", "", "commands:"]
+    lines = [
+        "usage: hara-ref COMMAND [ARGS...]",
+        "",
+        "HARA reference implementation: training and benchmarks.",
+        "",
+        "commands:",
+    ]
     lines += [f"  {' '.join(k):<16} {v[2]}" for k, v in COMMANDS.items()]
     return '\n'.join(lines + ["", "Run `hara-ref COMMAND --help` for the options of one command."])
 
 # %% ../../nbs/5_practice/21_cli.ipynb #b65693e5
-def main(argv:list|None=None) -> int:
-    "Entry point of `hara-ref`: find the subcommand, import its module, hand it the remaining arguments."
+def main(argv: list | None = None) -> int:
+    """Entry point of `hara-ref`: find the subcommand, import its module, hand it the remaining
+    arguments."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ('-h', '--help'):
-        print(_usage()); return 0
+        print(_usage())
+        return 0
     for key, (mod, fn, _) in COMMANDS.items():
-        if tuple(argv[:len(key)]) == key:
-            return int(getattr(importlib.import_module(mod), fn)(argv[len(key):]) or 0)
+        if tuple(argv[: len(key)]) == key:
+            return int(getattr(importlib.import_module(mod), fn)(argv[len(key) :]) or 0)
     print(f"hara-ref: unknown command {' '.join(argv[:2])!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 
 # %% ../../nbs/5_practice/21_cli.ipynb #da79b4ec
 def field_comments(cls) -> dict:
-    "{field: its trailing `# comment`} from the source of dataclass `cls` ({} where the source is not available)."
+    """{field: its trailing `# comment`} from the source of dataclass `cls` ({} where the source is
+    not available)."""
     pat = re.compile(r"^\s+(\w+)\s*:[^=#]*=[^#]*#\s*(.+)$")
-    try: src = inspect.getsource(cls)
-    except (OSError, TypeError): return {}
+    try:
+        src = inspect.getsource(cls)
+    except (OSError, TypeError):
+        return {}
     return {m[1]: m[2].strip() for line in src.splitlines() if (m := pat.match(line))}
 
+
 def _flag_type(tp) -> tuple:
-    "(type, nargs) a flag parses for a field annotation: `int|None` -> (int, None); `tuple[int, ...]` -> (int, '+')."
-    if typing.get_origin(tp) is tuple: return typing.get_args(tp)[0], '+'
+    """(type, nargs) a flag parses for a field annotation: `int|None` -> (int, None); `tuple[int,
+    ...]` -> (int, '+')."""
+    if typing.get_origin(tp) is tuple:
+        return typing.get_args(tp)[0], '+'
     args = [a for a in typing.get_args(tp) if a is not type(None)]
     return (args[0] if args else tp), None
 
-def add_dataclass_flags(parser:argparse.ArgumentParser, cls, # the parser, and a dataclass whose fields become flags
-                        skip:tuple=(), # fields that get no flag
-                        rename:dict|None=None, # {field: flag name} where they differ
-                        parse:dict|None=None, # {field: function of the flag's string}
-                        short:dict|None=None, # {field: extra option strings, e.g. ('-G',)}
-                        choices:dict|None=None, # {field: the values argparse accepts}
-                       ):
-    "One `--flag` per field of `cls`: its default, its type, its comment as help; dest = flag name with underscores."
+
+# the parser, and a dataclass whose fields become flags
+def add_dataclass_flags(
+    parser: argparse.ArgumentParser,
+    cls,
+    skip: tuple = (),  # fields that get no flag
+    rename: dict | None = None,  # {field: flag name} where they differ
+    parse: dict | None = None,  # {field: function of the flag's string}
+    short: dict | None = None,  # {field: extra option strings, e.g. ('-G',)}
+    choices: dict | None = None,  # {field: the values argparse accepts}
+):
+    """One `--flag` per field of `cls`: its default, its type, its comment as help; dest = flag name
+    with underscores."""
     helps, hints = field_comments(cls), typing.get_type_hints(cls)
     rename, parse, short, choices = rename or {}, parse or {}, short or {}, choices or {}
     for f in dataclasses.fields(cls):
-        if f.name in skip: continue
-        name = rename.get(f.name, f.name); tp, nargs = _flag_type(hints[f.name])
+        if f.name in skip:
+            continue
+        name = rename.get(f.name, f.name)
+        tp, nargs = _flag_type(hints[f.name])
         kw = dict(dest=name, default=f.default, help=helps.get(f.name, ''))
         opts = ['--' + name.replace('_', '-'), *short.get(f.name, ())]
-        if tp is bool: parser.add_argument(*opts, action='store_true', **kw)
-        elif f.name in parse: parser.add_argument(*opts, type=parse[f.name], **kw)
-        else: parser.add_argument(*opts, type=tp, nargs=nargs, choices=choices.get(f.name), **kw)
+        if tp is bool:
+            parser.add_argument(*opts, action='store_true', **kw)
+        elif f.name in parse:
+            parser.add_argument(*opts, type=parse[f.name], **kw)
+        else:
+            parser.add_argument(*opts, type=tp, nargs=nargs, choices=choices.get(f.name), **kw)
     return parser
 
 # %% ../../nbs/5_practice/21_cli.ipynb #e8cb9a98
-def _csv(s:str) -> tuple: return tuple(x.strip() for x in str(s).split(',') if x.strip())
+def _csv(s: str) -> tuple:
+    return tuple(x.strip() for x in str(s).split(',') if x.strip())
 
-def _seeds(s:str) -> tuple:
+
+def _seeds(s: str) -> tuple:
     "`3` -> (0, 1, 2); `0,5` -> (0, 5)."
     v = _csv(s)
     return tuple(range(int(v[0]))) if len(v) == 1 else tuple(int(x) for x in v)
 
-TRAIN_FLAGS = dict(  # how the fields of ExperimentConfig and TrainConfig become the flags of `hara-ref train`
+
+# how the fields of ExperimentConfig and TrainConfig become the flags of `hara-ref train`
+TRAIN_FLAGS = dict(
     skip=('reweight', 'seed'),  # TrainConfig fields the experiment sets per run
     rename={'reweights': 'reweight', 'n_layers': 'layers'},
     parse={'reweights': _csv, 'seeds': _seeds},
-    short={'group_size': ('-G',)})
+    short={'group_size': ('-G',)},
+)
+
 
 def train_parser() -> argparse.ArgumentParser:
     "The flags of `hara-ref train`, generated from `ExperimentConfig` and `TrainConfig`."
     from hara_ref.train.experiment import ExperimentConfig
     from hara_ref.train.rl import TrainConfig
-    p = argparse.ArgumentParser(prog='hara-ref train', description='RLVR (GRPO / Dr.GRPO / DAPO / RLOO / HP-RLVR) of a Qwen3 model, with and without HARA.',
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    for cls in (ExperimentConfig, TrainConfig): add_dataclass_flags(p, cls, **TRAIN_FLAGS)
+
+    p = argparse.ArgumentParser(
+        prog='hara-ref train',
+        description=(
+            'RLVR (GRPO / Dr.GRPO / DAPO / RLOO / HP-RLVR) of a Qwen3 model, with and without HARA.'
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for cls in (ExperimentConfig, TrainConfig):
+        add_dataclass_flags(p, cls, **TRAIN_FLAGS)
     return p
 
 # %% ../../nbs/5_practice/21_cli.ipynb #89769867
-def _as_flags(msg:str, names) -> str:
-    "A config error in flag names: a field in backticks, or any field name with an underscore, becomes its flag."
+def _as_flags(msg: str, names) -> str:
+    """A config error in flag names: a field in backticks, or any field name with an underscore,
+    becomes its flag."""
     for n in sorted(names, key=len, reverse=True):
         flag = '--' + TRAIN_FLAGS['rename'].get(n, n).replace('_', '-')
         msg = msg.replace(f'`{n}`', flag)
-        if '_' in n: msg = re.sub(rf'(?<![\w-]){n}\b', flag, msg)
+        if '_' in n:
+            msg = re.sub(rf'(?<![\w-]){n}\b', flag, msg)
     return msg
 
-def _hp_rlvr_flags(kw_ex:dict, kw_tr:dict, ex_cls, tr_cls):
-    "`--method hp-rlvr`: the default -G and --reweight become 1 and `none`; anything else given is an error."
+
+def _hp_rlvr_flags(kw_ex: dict, kw_tr: dict, ex_cls, tr_cls):
+    """`--method hp-rlvr`: the default -G and --reweight become 1 and `none`; anything else given is
+    an error."""
     if kw_ex['reweights'] not in (('none',), ex_cls.__dataclass_fields__['reweights'].default):
         raise ValueError("--method hp-rlvr has its own token credit: use --reweight none")
     if kw_tr['group_size'] not in (1, tr_cls.__dataclass_fields__['group_size'].default):
-        raise ValueError(f"--method hp-rlvr samples one rollout per prompt, got --group-size {kw_tr['group_size']}")
+        raise ValueError(
+            "--method hp-rlvr samples one rollout per prompt, got --group-size "
+            f"{kw_tr['group_size']}"
+        )
     kw_ex['reweights'], kw_tr['group_size'] = ('none',), 1
 
 # %% ../../nbs/5_practice/21_cli.ipynb #b0d668a6
@@ -121,210 +197,424 @@ def _check_paths(ex):
     import torch
     from hara_ref.train.rl import load_jsonl
     from hara_ref.train.policy import checkpoint_problem
-    if ex.model and not (Path(ex.model) / 'config.json').exists(): raise FileNotFoundError(f"--model {ex.model!r}: no checkpoint (config.json) there")
+
+    if ex.model and not (Path(ex.model) / 'config.json').exists():
+        raise FileNotFoundError(f"--model {ex.model!r}: no checkpoint (config.json) there")
     if ex.model and (bad := checkpoint_problem(ex.model)):
         raise ValueError(f"--model {ex.model!r}: {bad}")
-    if ex.data: load_jsonl(ex.data)  # raises on a missing, empty or bad file (file:line: field)
-    if torch.device(ex.device).type == 'cuda' and not torch.cuda.is_available(): raise ValueError("--device cuda but no CUDA device is available")
+    if ex.data:
+        load_jsonl(ex.data)  # raises on a missing, empty or bad file (file:line: field)
+    if torch.device(ex.device).type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError("--device cuda but no CUDA device is available")
+
 
 def configs_from_args(args) -> tuple:
-    "Validate parsed flags and build (ExperimentConfig, TrainConfig); raises ValueError/FileNotFoundError before any work."
+    """Validate parsed flags and build (ExperimentConfig, TrainConfig); raises
+    ValueError/FileNotFoundError before any work."""
     from hara_ref.train.experiment import ExperimentConfig
     from hara_ref.train.rl import TrainConfig
+
     v, dest = vars(args), lambda n: TRAIN_FLAGS['rename'].get(n, n)
     kw_ex = {f.name: v[dest(f.name)] for f in dataclasses.fields(ExperimentConfig)}
-    kw_tr = {f.name: v[f.name] for f in dataclasses.fields(TrainConfig) if f.name not in TRAIN_FLAGS['skip']}
+    kw_tr = {
+        f.name: v[f.name]
+        for f in dataclasses.fields(TrainConfig)
+        if f.name not in TRAIN_FLAGS['skip']
+    }
     for k, fn in TRAIN_FLAGS['parse'].items():
-        if isinstance(kw_ex[k], str): kw_ex[k] = fn(kw_ex[k])
-    if kw_tr['method'] == 'hp-rlvr': _hp_rlvr_flags(kw_ex, kw_tr, ExperimentConfig, TrainConfig)
-    try: ex, cfg = ExperimentConfig(**kw_ex), TrainConfig(**kw_tr)
-    except ValueError as e: raise ValueError(_as_flags(str(e), [*kw_ex, *kw_tr])) from None
+        if isinstance(kw_ex[k], str):
+            kw_ex[k] = fn(kw_ex[k])
+    if kw_tr['method'] == 'hp-rlvr':
+        _hp_rlvr_flags(kw_ex, kw_tr, ExperimentConfig, TrainConfig)
+    try:
+        ex, cfg = ExperimentConfig(**kw_ex), TrainConfig(**kw_tr)
+    except ValueError as e:
+        raise ValueError(_as_flags(str(e), [*kw_ex, *kw_tr])) from None
     _check_paths(ex)
     if ex.engine == 'ours' or not ex.resume:  # a fresh run never writes over results
         from hara_ref.train.experiment import experiment_plan
-        try: experiment_plan(ex, cfg)
-        except ValueError as e: raise ValueError(_as_flags(str(e), [*kw_ex, *kw_tr])) from None
+
+        try:
+            experiment_plan(ex, cfg)
+        except ValueError as e:
+            raise ValueError(_as_flags(str(e), [*kw_ex, *kw_tr])) from None
     return ex, cfg
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clihook2
 def hooks_for(*cfgs) -> dict:
-    "The hooks these `TrainConfig`s need: HP-RLVR's step, HORA's rollouts (`need_hook`, chapter 16_rl)."
+    """The hooks these `TrainConfig`s need: HP-RLVR's step, HORA's rollouts (`need_hook`, chapter
+    16_rl)."""
     from hara_ref.appendix import hora, hp_rlvr
+
     hp = any(c.method == 'hp-rlvr' for c in cfgs)
-    return {**(hp_rlvr.HOOKS if hp else {}), **(hora.HOOKS if any(c.allocation == 'hora' for c in cfgs) else {})}
+    return {
+        **(hp_rlvr.HOOKS if hp else {}),
+        **(hora.HOOKS if any(c.allocation == 'hora' for c in cfgs) else {}),
+    }
 
 # %% ../../nbs/5_practice/21_cli.ipynb #152606c1
-def train_cli(argv:list|None=None) -> int:
-    "`hara-ref train`: parse and check the flags, run the experiment, write plot and summary, print the table."
+def train_cli(argv: list | None = None) -> int:
+    """`hara-ref train`: parse and check the flags, run the experiment, write plot and summary,
+    print
+    the table."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    try: args = train_parser().parse_args(argv)
-    except SystemExit as e: return int(e.code or 0)
-    try: ex, cfg = configs_from_args(args)
+    try:
+        args = train_parser().parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        ex, cfg = configs_from_args(args)
     except (ValueError, FileNotFoundError) as e:
-        print(f"hara-ref train: error: {e}", file=sys.stderr); return 2
-    if ex.engine == 'trl':  # the same experiment through TRL (chapters 14-15); TRL is imported only then
-        from hara_ref.practice.trl_train import train_cli_trl; return train_cli_trl(ex, cfg)
-    from hara_ref.train.experiment import run_experiment, plot_runs, summarize, variant_name, set_threads
-    set_threads(ex.threads)  # the SFT and the start evaluation run here, at the workers' thread count
+        print(f"hara-ref train: error: {e}", file=sys.stderr)
+        return 2
+    # the same experiment through TRL (chapters 14-15); TRL is imported only then
+    if ex.engine == 'trl':
+        from hara_ref.practice.trl_train import train_cli_trl
+
+        return train_cli_trl(ex, cfg)
+    from hara_ref.train.experiment import (
+        run_experiment,
+        plot_runs,
+        summarize,
+        variant_name,
+        set_threads,
+    )
+
+    # the SFT and the start evaluation run here, at the workers' thread count
+    set_threads(ex.threads)
     t0 = time.time()
-    print(f"hara-ref train -> {ex.out}  ({variant_name(cfg.method, '|'.join(ex.reweights), cfg.allocation)}, seeds {list(ex.seeds)}, "
-          f"G={cfg.group_size}, {cfg.steps} steps, {ex.workers} worker(s) x {ex.threads} thread(s))", flush=True)
+    print(
+        f"hara-ref train -> {ex.out}  "
+        f"({variant_name(cfg.method, '|'.join(ex.reweights), cfg.allocation)}, seeds "
+        f"{list(ex.seeds)}, "
+        f"G={cfg.group_size}, {cfg.steps} steps, {ex.workers} worker(s) x {ex.threads} thread(s))",
+        flush=True,
+    )
     runs = run_experiment(ex, cfg, hooks=hooks_for(cfg))
     start = json.loads((Path(ex.out) / 'start_eval.json').read_text())
-    plot_runs(runs, Path(ex.out) / 'curves.png', f"{cfg.method}: held-out pass@1 from {start['pass1']:.3f} (start)")
+    plot_runs(
+        runs,
+        Path(ex.out) / 'curves.png',
+        f"{cfg.method}: held-out pass@1 from {start['pass1']:.3f} (start)",
+    )
     rows, table = summarize(runs, start)
     wall = time.time() - t0
-    (Path(ex.out) / 'summary.json').write_text(json.dumps(dict(start=start, variants=rows, wall_s=wall), indent=1))
-    print(table); print(f"total wall time {wall:.0f} s; curves: {Path(ex.out) / 'curves.png'}; metrics: {Path(ex.out) / 'runs'}/*/metrics.jsonl")
+    (Path(ex.out) / 'summary.json').write_text(
+        json.dumps(dict(start=start, variants=rows, wall_s=wall), indent=1)
+    )
+    print(table)
+    print(
+        f"total wall time {wall:.0f} s; curves: {Path(ex.out) / 'curves.png'}; metrics: "
+        f"{Path(ex.out) / 'runs'}/*/metrics.jsonl"
+    )
     return 0
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmdim
-import platform, warnings
+import platform
+import warnings
 from dataclasses import asdict, replace
-import ot, torch
+import ot
+import torch
 from ..hara.novelty import BARY_DEFAULTS
 from .study import StudyConfig, study_cells, study_plan, run_study
-from ..appendix.bench import BENCH_OT_CHOICES, BenchHaraConfig, BenchOtConfig, bench_hara, bench_ot
+from hara_ref.appendix.bench import (
+    BENCH_OT_CHOICES,
+    BenchHaraConfig,
+    BenchOtConfig,
+    bench_hara,
+    bench_ot,
+)
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd01
-def run_variants(ex, variants:dict, progress:bool=True) -> tuple:
-    "Train every {name: TrainConfig} over `ex.seeds` from one shared start; ({run name: metric rows}, start evaluation)."
+def run_variants(ex, variants: dict, progress: bool = True) -> tuple:
+    """Train every {name: TrainConfig} over `ex.seeds` from one shared start; ({run name: metric
+    rows}, start evaluation)."""
     from hara_ref.train.policy import load_policy
     from hara_ref.train.rl import evaluate, train_run
     from hara_ref.train.experiment import prepare_start, run_parallel
-    out = Path(ex.out); out.mkdir(parents=True, exist_ok=True)
+
+    out = Path(ex.out)
+    out.mkdir(parents=True, exist_ok=True)
     cfg0 = next(iter(variants.values()))
     init, train, held, reward_fn = prepare_start(ex, cfg0.eval_prompts, progress)
-    held = held[:cfg0.eval_prompts]
+    held = held[: cfg0.eval_prompts]
     model, tok = load_policy(init, ex.device, ex.dtype)
-    start = evaluate(model, tok, held, reward_fn, cfg0.eval_samples, cfg0.temperature, cfg0.max_new_tokens, max_prompt_len=cfg0.max_prompt_len)
+    start = evaluate(
+        model,
+        tok,
+        held,
+        reward_fn,
+        cfg0.eval_samples,
+        cfg0.temperature,
+        cfg0.max_new_tokens,
+        max_prompt_len=cfg0.max_prompt_len,
+    )
     (out / 'start_eval.json').write_text(json.dumps(start))
-    jobs = [(replace(c, seed=s), out / 'runs' / f"{name}-s{s}") for name, c in variants.items() for s in ex.seeds]
+    jobs = [
+        (replace(c, seed=s), out / 'runs' / f"{name}-s{s}")
+        for name, c in variants.items()
+        for s in ex.seeds
+    ]
     hooks = hooks_for(*variants.values())
     if ex.workers <= 1:
-        for c, d in jobs: train_run(c, d, init, train, held, reward_fn, ex.device, ex.dtype,
-                                    ex.gradient_checkpointing, ex.resume, progress, start, hooks=hooks)
-    else: run_parallel(jobs, init, train, held, reward_fn, ex, start, progress, hooks)
+        for c, d in jobs:
+            train_run(
+                c,
+                d,
+                init,
+                train,
+                held,
+                reward_fn,
+                ex.device,
+                ex.dtype,
+                ex.gradient_checkpointing,
+                ex.resume,
+                progress,
+                start,
+                hooks=hooks,
+            )
+    else:
+        run_parallel(jobs, init, train, held, reward_fn, ex, start, progress, hooks)
     from hara_ref.train.policy import read_jsonl
+
     return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d in jobs}, start
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd02
-def compare_table(runs:dict, start:dict|None=None, rollouts:dict|None=None) -> str:
-    "Markdown table per variant: mean ± std over seeds of final pass@1 / pass@k and of training statistics."
+def compare_table(runs: dict, start: dict | None = None, rollouts: dict | None = None) -> str:
+    """Markdown table per variant: mean ± std over seeds of final pass@1 / pass@k and of training
+    statistics."""
     from hara_ref.train.experiment import by_variant
-    def ms(vals, d=3): v = torch.tensor(vals, dtype=torch.float64); return f"{v.mean():.{d}f} ± {(v.std() if len(v) > 1 else torch.tensor(0.)):.{d}f}"
+
+    def ms(vals, d=3):
+        v = torch.tensor(vals, dtype=torch.float64)
+        return f"{v.mean():.{d}f} ± {(v.std() if len(v) > 1 else torch.tensor(0.0)):.{d}f}"
+
     last = lambda r: [x for x in r if x['kind'] == 'eval'][-1]
-    tr = lambda r, k: sum(x.get(k, 0.) for x in r if x['kind'] == 'train') / max(1, sum(x['kind'] == 'train' for x in r))
+    tr = lambda r, k: (
+        sum(x.get(k, 0.0) for x in r if x['kind'] == 'train')
+        / max(1, sum(x['kind'] == 'train' for x in r))
+    )
     k = last(next(iter(runs.values())))['k']
-    lines = [f"| variant | rollouts/step | seeds | pass@1 | pass@{k} | per-seed pass@1 | train hit rate | zero-std share | zero-grad records |", "|---|---|---|---|---|---|---|---|---|"]
-    if start: lines.append(f"| start (SFT) | | | {start['pass1']:.3f} | {start['passk']:.3f} | | | | |")
+    lines = [
+        f"| variant | rollouts/step | seeds | pass@1 | pass@{k} | per-seed pass@1 | train hit "
+        "rate | zero-std share | zero-grad records |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    if start:
+        lines.append(f"| start (SFT) | | | {start['pass1']:.3f} | {start['passk']:.3f} | | | | |")
     for v, rl in by_variant(runs).items():
-        zg = [x.get('zero_grad_frac', 0.) * x.get('n_updates', 0) for r in rl for x in r if x['kind'] == 'train']
+        zg = [
+            x.get('zero_grad_frac', 0.0) * x.get('n_updates', 0)
+            for r in rl
+            for x in r
+            if x['kind'] == 'train'
+        ]
         nu = [x.get('n_updates', 0) for r in rl for x in r if x['kind'] == 'train']
         seeds = ', '.join(f"{last(r)['pass1']:.3f}" for r in rl)
-        lines.append(f"| {v} | {(rollouts or {}).get(v, '')} | {len(rl)} | {ms([last(r)['pass1'] for r in rl])} | {ms([last(r)['passk'] for r in rl])} | "
-                     f"{seeds} | {ms([tr(r, 'hit_frac') for r in rl])} | {ms([tr(r, 'zero_std_frac') for r in rl])} | {round(sum(zg))} / {sum(nu)} |")
+        lines.append(
+            f"| {v} | {(rollouts or {}).get(v, '')} | {len(rl)} | "
+            f"{ms([last(r)['pass1'] for r in rl])} | {ms([last(r)['passk'] for r in rl])} | "
+            f"{seeds} | {ms([tr(r, 'hit_frac') for r in rl])} | "
+            f"{ms([tr(r, 'zero_std_frac') for r in rl])} | {round(sum(zg))} / {sum(nu)} |"
+        )
     return '\n'.join(lines)
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd03
-def compare_cli(argv:list, prog:str, variants_of) -> int:
-    "Body of `hara-ref compare ...`: `hara-ref train`'s flags, the variants `variants_of(cfg)` returns, a markdown table."
+def compare_cli(argv: list, prog: str, variants_of) -> int:
+    """Body of `hara-ref compare ...`: `hara-ref train`'s flags, the variants `variants_of(cfg)`
+    returns, a markdown table."""
     from hara_ref.train.experiment import set_threads
-    p = train_parser(); p.prog, p.description = prog, f"{prog}: compute-matched comparison over seeds (flags as for hara-ref train; --method/--reweight are set per variant)."
-    try: args = p.parse_args(list(argv))
-    except SystemExit as e: return int(e.code or 0)
+
+    p = train_parser()
+    p.prog, p.description = (
+        prog,
+        f"{prog}: compute-matched comparison over seeds (flags as for hara-ref train; "
+        "--method/--reweight are set per variant).",
+    )
+    try:
+        args = p.parse_args(list(argv))
+    except SystemExit as e:
+        return int(e.code or 0)
     args.method, args.reweight, args.allocation = 'grpo', 'none', 'uniform'
-    try: ex, cfg = configs_from_args(args)
+    try:
+        ex, cfg = configs_from_args(args)
     except (ValueError, FileNotFoundError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr); return 2
-    set_threads(ex.threads); t0 = time.time()
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    set_threads(ex.threads)
+    t0 = time.time()
     variants, rollouts = variants_of(cfg)
-    print(f"{prog} -> {ex.out}: {', '.join(variants)} x seeds {list(ex.seeds)}, {cfg.steps} steps, {ex.workers} worker(s) x {ex.threads} thread(s)", flush=True)
+    print(
+        f"{prog} -> {ex.out}: {', '.join(variants)} x seeds {list(ex.seeds)}, {cfg.steps} steps, "
+        f"{ex.workers} worker(s) x {ex.threads} thread(s)",
+        flush=True,
+    )
     runs, start = run_variants(ex, variants)
     table = compare_table(runs, start, rollouts)
-    (Path(ex.out) / 'compare.md').write_text(table + '\n'); print(table); print(f"wall time {time.time() - t0:.0f} s")
+    (Path(ex.out) / 'compare.md').write_text(table + '\n')
+    print(table)
+    print(f"wall time {time.time() - t0:.0f} s")
     return 0
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd04
 def hora_variants(cfg) -> tuple:
-    "GRPO and RLOO, each with uniform and HORA allocation, all at N*G rollouts per step: ({name: TrainConfig}, {name: rollouts})."
-    v = {f"{m}-{a}": replace(cfg, method=m, reweight='none', allocation=a) for m in ('grpo', 'rloo') for a in ('uniform', 'hora')}
+    """GRPO and RLOO, each with uniform and HORA allocation, all at N*G rollouts per step: ({name:
+    TrainConfig}, {name: rollouts})."""
+    v = {
+        f"{m}-{a}": replace(cfg, method=m, reweight='none', allocation=a)
+        for m in ('grpo', 'rloo')
+        for a in ('uniform', 'hora')
+    }
     return v, {k: cfg.prompts_per_step * cfg.group_size for k in v}
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd05
-def compare_hora_cli(argv:list|None=None) -> int:
-    "`hara-ref compare hora`: uniform vs HORA allocation for GRPO and RLOO, compute-matched, over seeds."
-    return compare_cli(sys.argv[1:] if argv is None else argv, 'hara-ref compare hora', hora_variants)
+def compare_hora_cli(argv: list | None = None) -> int:
+    """`hara-ref compare hora`: uniform vs HORA allocation for GRPO and RLOO, compute-matched, over
+    seeds."""
+    return compare_cli(
+        sys.argv[1:] if argv is None else argv, 'hara-ref compare hora', hora_variants
+    )
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd06
 def hp_variants(cfg) -> tuple:
-    "GRPO (N prompts x G), HP-RLVR (N x 1) and HP-RLVR (N*G x 1): ({name: TrainConfig}, {name: rollouts per step})."
+    """GRPO (N prompts x G), HP-RLVR (N x 1) and HP-RLVR (N*G x 1): ({name: TrainConfig}, {name:
+    rollouts per step})."""
     N, G = cfg.prompts_per_step, cfg.group_size
-    v = {f"grpo-G{G}": replace(cfg, method='grpo', reweight='none'), f"hp-rlvr-P{N}": replace(cfg, method='hp-rlvr', reweight='none', group_size=1),
-         f"hp-rlvr-P{N * G}": replace(cfg, method='hp-rlvr', reweight='none', group_size=1, prompts_per_step=N * G)}
+    v = {
+        f"grpo-G{G}": replace(cfg, method='grpo', reweight='none'),
+        f"hp-rlvr-P{N}": replace(cfg, method='hp-rlvr', reweight='none', group_size=1),
+        f"hp-rlvr-P{N * G}": replace(
+            cfg, method='hp-rlvr', reweight='none', group_size=1, prompts_per_step=N * G
+        ),
+    }
     return v, dict(zip(v, (N * G, N, N * G)))
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd07
-def compare_hp_cli(argv:list|None=None) -> int:
-    "`hara-ref compare hp-rlvr`: GRPO vs HP-RLVR at 1/G of its rollouts and at matched rollouts, over seeds."
+def compare_hp_cli(argv: list | None = None) -> int:
+    """`hara-ref compare hp-rlvr`: GRPO vs HP-RLVR at 1/G of its rollouts and at matched rollouts,
+    over seeds."""
     import sys
-    return compare_cli(sys.argv[1:] if argv is None else argv, 'hara-ref compare hp-rlvr', hp_variants)
+
+    return compare_cli(
+        sys.argv[1:] if argv is None else argv, 'hara-ref compare hp-rlvr', hp_variants
+    )
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd08
-def study_cli(argv:list|None=None) -> int:
-    "`hara-ref study`: the grid of chapter 20_study, then the tables and figures of chapter 29_report."
+def study_cli(argv: list | None = None) -> int:
+    """`hara-ref study`: the grid of chapter 20_study, then the tables and figures of chapter
+    29_report."""
     from hara_ref.appendix.report import write_report
-    p = argparse.ArgumentParser(prog='hara-ref study', description=study_cli.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+
+    p = argparse.ArgumentParser(
+        prog='hara-ref study',
+        description=study_cli.__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parse = {'seeds': _seeds, 'only': _csv}
     args = add_dataclass_flags(p, StudyConfig, parse=parse).parse_args(argv)
     try:
-        sc = StudyConfig(**vars(args)); cells = study_cells(sc)
+        sc = StudyConfig(**vars(args))
+        cells = study_cells(sc)
         study_plan(sc, cells, verbose=False)
     except ValueError as e:  # refused before any work
         msg = str(e).replace('`allow_config_change`', '--allow-config-change')
-        print(f"hara-ref study: error: {msg}", file=sys.stderr); return 2
-    print(f"hara-ref study -> {sc.out}: {len(cells)} cells x {len(sc.seeds)} seeds, {sc.steps} steps, {sc.workers} workers x {sc.threads} threads", flush=True)
+        print(f"hara-ref study: error: {msg}", file=sys.stderr)
+        return 2
+    print(
+        f"hara-ref study -> {sc.out}: {len(cells)} cells x {len(sc.seeds)} seeds, {sc.steps} "
+        f"steps, {sc.workers} workers x {sc.threads} threads",
+        flush=True,
+    )
     meta = run_study(sc)
-    print(write_report(sc.out)); print(f"\n{meta['ran']} runs in {meta['wall_s'] / 60:.1f} min; results in {sc.out}")
+    print(write_report(sc.out))
+    print(f"\n{meta['ran']} runs in {meta['wall_s'] / 60:.1f} min; results in {sc.out}")
     return 0
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd09
-def bench_ot_cli(argv:list|None=None # command-line arguments after `hara-ref bench ot`
-                ) -> int:            # exit code
-    "`hara-ref bench ot`: linearized barycenter vs POT's exact FGW barycenter, batched Sinkhorn vs POT; prints the ratios."
-    p = argparse.ArgumentParser(prog='hara-ref bench ot', description=bench_ot_cli.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    c = BenchOtConfig(**vars(add_dataclass_flags(p, BenchOtConfig, choices=BENCH_OT_CHOICES).parse_args(argv)))
-    if c.threads > 0: torch.set_num_threads(c.threads)
-    if c.quick: c = replace(c, L=(128, 256), sk_K=4, sk_L=128, pot_full_max_L=128)
-    print(f"hara-ref bench ot: K={c.K} L_b={c.L_b} d={c.d} reg={c.reg} alpha={c.alpha} tol={c.tol} data={c.data} dtype={c.dtype} "
-          f"torch threads={torch.get_num_threads()} POT {ot.__version__} torch {torch.__version__}; ratio = POT time / our time")
+def bench_ot_cli(
+    argv: list | None = None,  # command-line arguments after `hara-ref bench ot`
+) -> int:  # exit code
+    """`hara-ref bench ot`: linearized barycenter vs POT's exact FGW barycenter, batched Sinkhorn vs
+    POT; prints the ratios."""
+    p = argparse.ArgumentParser(
+        prog='hara-ref bench ot',
+        description=bench_ot_cli.__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    c = BenchOtConfig(
+        **vars(add_dataclass_flags(p, BenchOtConfig, choices=BENCH_OT_CHOICES).parse_args(argv))
+    )
+    if c.threads > 0:
+        torch.set_num_threads(c.threads)
+    if c.quick:
+        c = replace(c, L=(128, 256), sk_K=4, sk_L=128, pot_full_max_L=128)
+    print(
+        f"hara-ref bench ot: K={c.K} L_b={c.L_b} d={c.d} reg={c.reg} alpha={c.alpha} tol={c.tol} "
+        f"data={c.data} dtype={c.dtype} "
+        f"torch threads={torch.get_num_threads()} POT {ot.__version__} torch {torch.__version__}; "
+        "ratio = POT time / our time"
+    )
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         res = bench_ot(c)
     if c.out:
-        with open(c.out, 'w') as f: json.dump(dict(args=asdict(c), machine=platform.platform(), **res), f, indent=1)
+        with open(c.out, 'w') as f:
+            json.dump(dict(args=asdict(c), machine=platform.platform(), **res), f, indent=1)
     return 0
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd10
-def _print_bench_hara(r:dict, c:BenchHaraConfig):
+def _print_bench_hara(r: dict, c: BenchHaraConfig):
     "The lines `hara-ref bench hara` prints."
-    print(f"batch: {c.prompts} prompts x {c.rollouts} rollouts = {r['B']}, L={r['L']}, d={r['d']}, L_b={r['L_b']}, {r['dtype']}, "
-          f"CPU threads={torch.get_num_threads()}")
-    print(f"outcome groups: {r['groups']} (largest {r['K']}); barycenter iterations: {r['bary_iters']} (max {c.max_iter}); "
-          f"sinkhorn iterations: {r['sinkhorn_iters']} (max {c.inner_iter} per barycenter iteration)")
+    print(
+        f"batch: {c.prompts} prompts x {c.rollouts} rollouts = {r['B']}, L={r['L']}, d={r['d']}, "
+        f"L_b={r['L_b']}, {r['dtype']}, "
+        f"CPU threads={torch.get_num_threads()}"
+    )
+    print(
+        f"outcome groups: {r['groups']} (largest {r['K']}); barycenter iterations: "
+        f"{r['bary_iters']} (max {c.max_iter}); "
+        f"sinkhorn iterations: {r['sinkhorn_iters']} (max {c.inner_iter} per barycenter iteration)"
+    )
     print(f"hara_advantages ({c.granularity}): {r['t_hara']:.4f} s")
     print(f"lower bound, one h @ Z^T per rollout: {r['t_matmul']:.4f} s")
     print(f"ratio: {r['ratio']:.1f}")
-    print(f"matrix products of that size the barycenter iterations need: {r['products']:.1f} per rollout "
-          f"(1 + 2 per iteration); the rest of the ratio is Sinkhorn and elementwise work")
+    print(
+        f"matrix products of that size the barycenter iterations need: {r['products']:.1f} per "
+        "rollout "
+        f"(1 + 2 per iteration); the rest of the ratio is Sinkhorn and elementwise work"
+    )
 
-def bench_hara_cli(argv:list|None=None) -> int:
-    "`hara-ref bench hara`: time hara_advantages against its matrix-product lower bound; print the ratio."
-    p = argparse.ArgumentParser(prog='hara-ref bench hara', description=bench_hara_cli.__doc__, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    c = BenchHaraConfig(**vars(add_dataclass_flags(p, BenchHaraConfig, choices=dict(granularity=('seq', 'tok'))).parse_args(argv)))
-    if c.quick: c = replace(c, prompts=2, rollouts=8, length=128, dim=64)
-    if c.threads: torch.set_num_threads(c.threads)
+
+def bench_hara_cli(argv: list | None = None) -> int:
+    """`hara-ref bench hara`: time hara_advantages against its matrix-product lower bound; print the
+    ratio."""
+    p = argparse.ArgumentParser(
+        prog='hara-ref bench hara',
+        description=bench_hara_cli.__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    c = BenchHaraConfig(
+        **vars(
+            add_dataclass_flags(
+                p, BenchHaraConfig, choices=dict(granularity=('seq', 'tok'))
+            ).parse_args(argv)
+        )
+    )
+    if c.quick:
+        c = replace(c, prompts=2, rollouts=8, length=128, dim=64)
+    if c.threads:
+        torch.set_num_threads(c.threads)
     bary_kw = {**BARY_DEFAULTS, 'max_iter': c.max_iter, 'inner_iter': c.inner_iter}
-    r = bench_hara(c.prompts, c.rollouts, c.length, c.dim, c.L_b, c.repeats, torch.float64 if c.float64 else torch.float32, c.granularity, bary_kw=bary_kw)
+    r = bench_hara(
+        c.prompts,
+        c.rollouts,
+        c.length,
+        c.dim,
+        c.L_b,
+        c.repeats,
+        torch.float64 if c.float64 else torch.float32,
+        c.granularity,
+        bary_kw=bary_kw,
+    )
     _print_bench_hara(r, c)
     return 0 if r['finite'] else 1

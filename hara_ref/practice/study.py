@@ -4,10 +4,12 @@
 
 # %% ../../nbs/5_practice/20_study.ipynb #add88de6
 from __future__ import annotations
-import json, os, sys, time
-from dataclasses import dataclass, asdict, replace, field
+import json
+import os
+import time
+from dataclasses import dataclass, asdict, replace
 from pathlib import Path
-from ..train.rl import TrainConfig, evaluate, resume_point, progress_bar
+from ..train.rl import TrainConfig, evaluate, resume_point
 from ..train.policy import read_jsonl, load_policy
 from ..train.policy import read_json
 from ..train.experiment import ExperimentConfig, prepare_start, experiment_task, run_pool
@@ -19,135 +21,238 @@ __all__ = ['Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cell
 # %% ../../nbs/5_practice/20_study.ipynb #16535361
 @dataclass(frozen=True)
 class Cell:
-    "One cell of the grid: a task and the `TrainConfig` fields that differ from the study's base configuration."
-    task: str           # 'sum' | 'countdown'
-    name: str           # e.g. 'hara-tok', unique within the task
-    overrides: tuple    # ((field, value), ...) applied to the base TrainConfig
-    base: str|None      # the cell of the same task it is compared with, seed by seed (None: a base itself)
+    """One cell of the grid: a task and the `TrainConfig` fields that differ from the study's base
+    configuration."""
+
+    task: str  # 'sum' | 'countdown'
+    name: str  # e.g. 'hara-tok', unique within the task
+    overrides: tuple  # ((field, value), ...) applied to the base TrainConfig
+    # the cell of the same task it is compared with, seed by seed (None: a base itself)
+    base: str | None
     tables: tuple = ()  # where it is reported: 'T1', 'T2', 'T3', 'T4', 'F7'
 
     @property
-    def key(self) -> str: return f"{self.task}/{self.name}"
+    def key(self) -> str:
+        return f"{self.task}/{self.name}"
 
-def study_grid(quick:bool=False) -> list:
+
+def study_grid(quick: bool = False) -> list:
     "The cells of `hara-ref study` (quick: GRPO and HARA-tok on countdown only)."
-    cd = [Cell('countdown', 'grpo', (), None, ('T1',)), Cell('countdown', 'hara-tok', (('reweight', 'hara-tok'),), 'grpo', ('T1', 'T2', 'F7'))]
-    if quick: return cd
+    cd = [
+        Cell('countdown', 'grpo', (), None, ('T1',)),
+        Cell('countdown', 'hara-tok', (('reweight', 'hara-tok'),), 'grpo', ('T1', 'T2', 'F7')),
+    ]
+    if quick:
+        return cd
     rw = lambda r, **kw: (('reweight', r),) + tuple(kw.items())
-    t1 = [('hara-seq', rw('hara-seq')), ('shear', rw('shear')), ('entropy', rw('entropy')), ('position', rw('position'))]
+    t1 = [
+        ('hara-seq', rw('hara-seq')),
+        ('shear', rw('shear')),
+        ('entropy', rw('entropy')),
+        ('position', rw('position')),
+    ]
     cells = cd + [Cell('countdown', n, o, 'grpo', ('T1',)) for n, o in t1]
-    cells += [Cell('sum', 'grpo', (), None, ('T1',)), Cell('sum', 'hara-tok', rw('hara-tok'), 'grpo', ('T1',))]
+    cells += [
+        Cell('sum', 'grpo', (), None, ('T1',)),
+        Cell('sum', 'hara-tok', rw('hara-tok'), 'grpo', ('T1',)),
+    ]
     cells += [Cell('sum', n, o, 'grpo', ('T1',)) for n, o in t1]
-    cells += [Cell('countdown', 'hara-tok-w', rw('hara-tok', metric='w'), 'grpo', ('T2', 'F7')),
-              Cell('countdown', 'hara-tok-gw', rw('hara-tok', metric='gw'), 'grpo', ('T2', 'F7')),
-              Cell('countdown', 'hara-tok-embed', rw('hara-tok', metric='embed'), 'grpo', ('T2',))]
-    cells += [Cell('countdown', f'hara-tok-a{a}', rw('hara-tok', alpha=a), 'grpo', ('F7',)) for a in (0.5, 0.75)]
+    cells += [
+        Cell('countdown', 'hara-tok-w', rw('hara-tok', metric='w'), 'grpo', ('T2', 'F7')),
+        Cell('countdown', 'hara-tok-gw', rw('hara-tok', metric='gw'), 'grpo', ('T2', 'F7')),
+        Cell('countdown', 'hara-tok-embed', rw('hara-tok', metric='embed'), 'grpo', ('T2',)),
+    ]
+    cells += [
+        Cell('countdown', f'hara-tok-a{a}', rw('hara-tok', alpha=a), 'grpo', ('F7',))
+        for a in (0.5, 0.75)
+    ]
     for m in ('drgrpo', 'dapo'):
-        cells += [Cell('countdown', m, (('method', m),), 'grpo', ('T3',)), Cell('countdown', f'{m}+hara-tok', (('method', m), ('reweight', 'hara-tok')), m, ('T3',))]
-    return cells + [Cell('countdown', 'hara-tok-exact', rw('hara-tok', barycenter='exact'), 'hara-tok', ('T4',))]
+        cells += [
+            Cell('countdown', m, (('method', m),), 'grpo', ('T3',)),
+            Cell(
+                'countdown', f'{m}+hara-tok', (('method', m), ('reweight', 'hara-tok')), m, ('T3',)
+            ),
+        ]
+    return cells + [
+        Cell('countdown', 'hara-tok-exact', rw('hara-tok', barycenter='exact'), 'hara-tok', ('T4',))
+    ]
 
 # %% ../../nbs/5_practice/20_study.ipynb #01d80c13
 @dataclass
 class StudyConfig:
     "What `hara-ref study` runs; checked on construction."
-    out:str = 'runs/study'       # study folder: one sub-folder per task (start checkpoint, runs), results at the top
-    quick:bool = False           # a small grid that fits in about 5 minutes on 2 cores
-    seeds:tuple = (0, 1, 2, 3, 4) # seeds of every cell (paired: seed s of every cell sees the same prompts)
-    steps:int = 40               # RL steps per run
-    eval_every:int = 10          # held-out evaluation every this many steps (curves)
-    eval_prompts:int = 100       # held-out prompts per evaluation
-    eval_samples:int = 16        # samples per prompt: pass@k for k = 1..eval_samples
-    sft_steps:int = 600          # warm-start steps per task
-    workers:int|None = None      # parallel runs (None: 2 on a CPU with >= 2 cores)
-    threads:int|None = None      # torch threads per worker (None: cores / workers)
-    only:tuple = ()              # run only the cells whose key contains one of these strings (empty: all)
-    allow_config_change:bool = False # go on with runs whose train_config.json differs from these
+
+    # study folder: one sub-folder per task (start checkpoint, runs), results at the top
+    out: str = 'runs/study'
+    quick: bool = False  # a small grid that fits in about 5 minutes on 2 cores
+    # seeds of every cell (paired: seed s of every cell sees the same prompts)
+    seeds: tuple = (0, 1, 2, 3, 4)
+    steps: int = 40  # RL steps per run
+    eval_every: int = 10  # held-out evaluation every this many steps (curves)
+    eval_prompts: int = 100  # held-out prompts per evaluation
+    eval_samples: int = 16  # samples per prompt: pass@k for k = 1..eval_samples
+    sft_steps: int = 600  # warm-start steps per task
+    workers: int | None = None  # parallel runs (None: 2 on a CPU with >= 2 cores)
+    threads: int | None = None  # torch threads per worker (None: cores / workers)
+    # run only the cells whose key contains one of these strings (empty: all)
+    only: tuple = ()
+    allow_config_change: bool = False  # go on with runs whose train_config.json differs from these
 
     def __post_init__(self):
         self.seeds, self.only = tuple(self.seeds), tuple(self.only)
-        if self.quick and self.seeds == (0, 1, 2, 3, 4): self.seeds = (0, 1)
-        if self.quick: self.steps, self.sft_steps, self.eval_prompts, self.eval_samples = min(self.steps, 12), min(self.sft_steps, 300), min(self.eval_prompts, 40), min(self.eval_samples, 8)
-        if not self.seeds or self.steps < 1 or self.eval_samples < 1 or self.eval_every < 1: raise ValueError("need seeds, and steps, eval_samples, eval_every >= 1")
+        if self.quick and self.seeds == (0, 1, 2, 3, 4):
+            self.seeds = (0, 1)
+        if self.quick:
+            self.steps, self.sft_steps, self.eval_prompts, self.eval_samples = (
+                min(self.steps, 12),
+                min(self.sft_steps, 300),
+                min(self.eval_prompts, 40),
+                min(self.eval_samples, 8),
+            )
+        if not self.seeds or self.steps < 1 or self.eval_samples < 1 or self.eval_every < 1:
+            raise ValueError("need seeds, and steps, eval_samples, eval_every >= 1")
         if dup := list(dict.fromkeys(s for s in self.seeds if self.seeds.count(s) > 1)):
             raise ValueError(f"`seeds` lists {', '.join(map(str, dup))} more than once")
         cores = os.cpu_count() or 1
-        self.workers = self.workers or min(2, cores); self.threads = self.threads or max(1, cores // self.workers)
+        self.workers = self.workers or min(2, cores)
+        self.threads = self.threads or max(1, cores // self.workers)
 
-def base_train_config(sc:StudyConfig) -> TrainConfig:
+
+def base_train_config(sc: StudyConfig) -> TrainConfig:
     "The base `TrainConfig` every cell modifies."
-    return TrainConfig(steps=sc.steps, eval_every=sc.eval_every, eval_prompts=sc.eval_prompts, eval_samples=sc.eval_samples,
-                       save_every=5)
+    return TrainConfig(
+        steps=sc.steps,
+        eval_every=sc.eval_every,
+        eval_prompts=sc.eval_prompts,
+        eval_samples=sc.eval_samples,
+        save_every=5,
+    )
 
-def study_cells(sc:StudyConfig) -> list:
+
+def study_cells(sc: StudyConfig) -> list:
     "The grid's cells, filtered by `only` (a cell's base is kept too, so it can be compared)."
     grid = study_grid(sc.quick)
-    if not sc.only: return grid
+    if not sc.only:
+        return grid
     keep = {c.key for c in grid if any(o in c.key for o in sc.only)}
     keep |= {f"{c.task}/{c.base}" for c in grid if c.key in keep and c.base}
     return [c for c in grid if c.key in keep]
 
 # %% ../../nbs/5_practice/20_study.ipynb #fcdd9a7b
-def run_dir(sc:StudyConfig, cell:Cell, seed:int) -> Path:
+def run_dir(sc: StudyConfig, cell: Cell, seed: int) -> Path:
     "Folder of one run: <out>/<task>/runs/<cell>-s<seed>."
     return Path(sc.out) / cell.task / 'runs' / f"{cell.name}-s{seed}"
 
-def run_complete(path:Path, steps:int) -> bool:
+
+def run_complete(path: Path, steps: int) -> bool:
     "Has the run in `path` written its final evaluation?"
-    return any(r['kind'] == 'eval' and r['step'] == steps for r in read_jsonl(Path(path) / 'metrics.jsonl'))
+    return any(
+        r['kind'] == 'eval' and r['step'] == steps for r in read_jsonl(Path(path) / 'metrics.jsonl')
+    )
 
-def _cost(cell:Cell) -> int:
-    "Rough relative cost of a cell's run, to start the slowest first (exact barycenters, then HARA, SHEAR)."
+
+def _cost(cell: Cell) -> int:
+    """Rough relative cost of a cell's run, to start the slowest first (exact barycenters, then
+    HARA,
+    SHEAR)."""
     o = dict(cell.overrides)
-    return 3 if o.get('barycenter') == 'exact' else 2 if o.get('reweight', 'none') in ('hara-seq', 'hara-tok', 'shear') else 1
+    return (
+        3
+        if o.get('barycenter') == 'exact'
+        else 2
+        if o.get('reweight', 'none') in ('hara-seq', 'hara-tok', 'shear')
+        else 1
+    )
 
-def prepare_task(sc:StudyConfig, task:str, progress:bool=True) -> tuple:
-    "The task's experiment config, start checkpoint (SFT once, reused on resume), items, reward and start evaluation."
-    ex = ExperimentConfig(out=str(Path(sc.out) / task), resume=True, task=task,
-                          sft_steps=sc.sft_steps, workers=sc.workers, threads=sc.threads,
-                          allow_config_change=sc.allow_config_change)
+
+def prepare_task(sc: StudyConfig, task: str, progress: bool = True) -> tuple:
+    """The task's experiment config, start checkpoint (SFT once, reused on resume), items, reward
+    and
+    start evaluation."""
+    ex = ExperimentConfig(
+        out=str(Path(sc.out) / task),
+        resume=True,
+        task=task,
+        sft_steps=sc.sft_steps,
+        workers=sc.workers,
+        threads=sc.threads,
+        allow_config_change=sc.allow_config_change,
+    )
     init, train, held, reward_fn = prepare_start(ex, sc.eval_prompts, progress)
     se = Path(ex.out) / 'start_eval.json'
     if not se.exists():
         model, tok = load_policy(init)
-        se.write_text(json.dumps(evaluate(model, tok, held[:sc.eval_prompts], reward_fn, sc.eval_samples, strategy_fn=experiment_task(ex).strategy)))
-    return ex, init, train, held[:sc.eval_prompts], reward_fn, \
-        read_json(se, 'delete it, and the study evaluates the start policy again')
+        se.write_text(
+            json.dumps(
+                evaluate(
+                    model,
+                    tok,
+                    held[: sc.eval_prompts],
+                    reward_fn,
+                    sc.eval_samples,
+                    strategy_fn=experiment_task(ex).strategy,
+                )
+            )
+        )
+    return (
+        ex,
+        init,
+        train,
+        held[: sc.eval_prompts],
+        reward_fn,
+        read_json(se, 'delete it, and the study evaluates the start policy again'),
+    )
 
 # %% ../../nbs/5_practice/20_study.ipynb #416006ff
-def study_plan(sc:StudyConfig, cells:list, verbose:bool=True) -> list:
+def study_plan(sc: StudyConfig, cells: list, verbose: bool = True) -> list:
     "(cell, TrainConfig, run folder, `resume_point`) of every run; ValueError before any work."
     base, plan, bad = base_train_config(sc), [], []
     for c in sorted(cells, key=_cost, reverse=True):
         for s in sc.seeds:
             cfg, d = replace(base, **dict(c.overrides), seed=s), run_dir(sc, c, s)
-            try: plan.append((c, cfg, d, resume_point(cfg, d, sc.allow_config_change)))
-            except ValueError as e: bad.append(str(e))
-    if bad: raise ValueError("the study cannot go on:\n  " + '\n  '.join(bad))
+            try:
+                plan.append((c, cfg, d, resume_point(cfg, d, sc.allow_config_change)))
+            except ValueError as e:
+                bad.append(str(e))
+    if bad:
+        raise ValueError("the study cannot go on:\n  " + '\n  '.join(bad))
     n = {k: sum(p['status'] == k for *_, p in plan) for k in ('complete', 'continue', 'start')}
     if verbose and n['complete'] + n['continue']:
-        print(f"resume {sc.out}: {n['complete']} runs complete (left as they are), "
-              f"{n['continue']} to continue, {n['start']} to start")
+        print(
+            f"resume {sc.out}: {n['complete']} runs complete (left as they are), "
+            f"{n['continue']} to continue, {n['start']} to start"
+        )
         going = [f"  {p['message']}\n" for *_, p in plan if p['status'] == 'continue']
         print(''.join(going), end='', flush=True)
     return plan
 
-def run_study(sc:StudyConfig, progress:bool=True) -> dict:
+
+def run_study(sc: StudyConfig, progress: bool = True) -> dict:
     "Every run of every cell (complete ones left alone), in parallel; writes study.json."
     import torch
+
     out, cells, t0 = Path(sc.out), study_cells(sc), time.time()
     plan = study_plan(sc, cells)
-    out.mkdir(parents=True, exist_ok=True); torch.set_num_threads(sc.workers * sc.threads)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(sc.workers * sc.threads)
     tasks = {t: prepare_task(sc, t, progress) for t in dict.fromkeys(c.task for c in cells)}
     jobs = []
     for c, cfg, d, p in plan:
         ex, init, train, held, rf, se = tasks[c.task]
-        if p['status'] != 'complete': jobs.append((cfg, d, init, train, held, rf, ex, se, None))
+        if p['status'] != 'complete':
+            jobs.append((cfg, d, init, train, held, rf, ex, se, None))
     done = sum(p['step'] for *_, p in plan if p['status'] != 'complete')
     desc = f"study: {len(jobs)} runs on {sc.workers} workers"
     run_pool(jobs, sc.workers, len(jobs) * sc.steps, desc, done, progress and bool(jobs))
     runs = {c.key: [str(run_dir(sc, c, s)) for s in sc.seeds] for c in cells}
-    meta = dict(config=asdict(sc), cells=[asdict(c) | dict(key=c.key) for c in cells], runs=runs,
-                train=asdict(base_train_config(sc)),
-                wall_s=time.time() - t0, ran=len(jobs), start_eval={t: v[-1] for t, v in tasks.items()})
+    meta = dict(
+        config=asdict(sc),
+        cells=[asdict(c) | dict(key=c.key) for c in cells],
+        runs=runs,
+        train=asdict(base_train_config(sc)),
+        wall_s=time.time() - t0,
+        ran=len(jobs),
+        start_eval={t: v[-1] for t, v in tasks.items()},
+    )
     (out / 'study.json').write_text(json.dumps(meta, indent=1, default=str))
     return meta

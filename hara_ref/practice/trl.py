@@ -4,7 +4,9 @@
 
 # %% ../../nbs/5_practice/18_trl.ipynb #ca7f5dd9
 from __future__ import annotations
-import inspect, time, warnings
+import inspect
+import time
+import warnings
 from dataclasses import dataclass, field, replace
 import torch
 from trl import GRPOTrainer  # absolute import: the installed TRL package, not this module
@@ -22,163 +24,288 @@ __all__ = ['REWEIGHTS', 'GRANULARITIES', 'HaraConfig', 'check_hara_config', 'ora
 REWEIGHTS = ('hara', 'shear', 'entropy', 'position', 'none')  # what `HaraConfig.reweight` accepts
 GRANULARITIES = ('seq', 'tok', 'span')
 
+
 @dataclass
 class HaraConfig:
     "What `HaraGRPOTrainer` does to TRL's advantages; None leaves the oracle's own default."
-    reweight:str = 'hara'         # 'hara' | 'shear' | 'entropy' | 'position' | 'none' (TRL's advantages unchanged)
-    granularity:str = 'tok'       # HARA: 'seq' (HARA-seq) | 'tok' (HARA-tok) | 'span' (HARA-tok on spans)
-    kappa:float = 1.0             # κ >= 0, strength of the reweighting (0: TRL's advantages, per token)
-    clip:tuple = (0.5, 2.0)       # (w_min, w_max), the weight clip
-    alpha:float|None = None       # α of FGW
-    L_b:int|None = None           # barycenter size
-    reg:float|None = None         # entropic ε
-    metric:str|None = None        # novelty metric ('fgw', 'w', 'gw', 'embed', ...)
-    hidden_layer:int = -1         # index into the model's `hidden_states` (0: embeddings, -1: last layer)
-    span_len:int|None = None      # 'span': fixed windows of this many tokens ...
-    span_sep_ids:tuple|None = None # ... or reasoning steps that end at these token ids (e.g. the id of '\n')
-    novelty_kw:dict = field(default_factory=dict)  # more keywords for `hara_advantages` (bary_kw, sinkhorn_kw, normalize, ...)
-    reweight_kw:dict = field(default_factory=dict) # keywords of a baseline (shear: width, stride, reg; entropy: rho; position: lam, style)
-    forward_batch_size:int|None = None # rows per extra forward (default: TRL's per_device_train_batch_size)
-    def __post_init__(self): check_hara_config(self)
+
+    # 'hara' | 'shear' | 'entropy' | 'position' | 'none' (TRL's advantages unchanged)
+    reweight: str = 'hara'
+    # HARA: 'seq' (HARA-seq) | 'tok' (HARA-tok) | 'span' (HARA-tok on spans)
+    granularity: str = 'tok'
+    # κ >= 0, strength of the reweighting (0: TRL's advantages, per token)
+    kappa: float = 1.0
+    clip: tuple = (0.5, 2.0)  # (w_min, w_max), the weight clip
+    alpha: float | None = None  # α of FGW
+    L_b: int | None = None  # barycenter size
+    reg: float | None = None  # entropic ε
+    metric: str | None = None  # novelty metric ('fgw', 'w', 'gw', 'embed', ...)
+    # index into the model's `hidden_states` (0: embeddings, -1: last layer)
+    hidden_layer: int = -1
+    span_len: int | None = None  # 'span': fixed windows of this many tokens ...
+    # ... or reasoning steps that end at these token ids (e.g. the id of '\n')
+    span_sep_ids: tuple | None = None
+    # more keywords for `hara_advantages` (bary_kw, sinkhorn_kw, normalize, ...)
+    novelty_kw: dict = field(default_factory=dict)
+    # keywords of a baseline (shear: width, stride, reg; entropy: rho; position: lam, style)
+    reweight_kw: dict = field(default_factory=dict)
+    # rows per extra forward (default: TRL's per_device_train_batch_size)
+    forward_batch_size: int | None = None
+
+    def __post_init__(self):
+        check_hara_config(self)
 
 # %% ../../nbs/5_practice/18_trl.ipynb #b3d7ff50
-def check_hara_config(cfg:HaraConfig) -> HaraConfig:
+def check_hara_config(cfg: HaraConfig) -> HaraConfig:
     "Raise a ValueError (TypeError: not a number) naming the first bad field of `cfg`; else `cfg`."
-    if cfg.reweight not in REWEIGHTS: raise ValueError(f"HaraConfig.reweight must be one of {REWEIGHTS}, got {cfg.reweight!r}")
-    if cfg.granularity not in GRANULARITIES: raise ValueError(f"HaraConfig.granularity must be one of {GRANULARITIES}, got {cfg.granularity!r}")
+    if cfg.reweight not in REWEIGHTS:
+        raise ValueError(f"HaraConfig.reweight must be one of {REWEIGHTS}, got {cfg.reweight!r}")
+    if cfg.granularity not in GRANULARITIES:
+        raise ValueError(
+            f"HaraConfig.granularity must be one of {GRANULARITIES}, got {cfg.granularity!r}"
+        )
     check_scalar('HaraConfig.kappa', cfg.kappa, 0)  # the oracle's own check, named after the field
     if not (isinstance(cfg.clip, (tuple, list)) and len(cfg.clip) == 2):
         raise ValueError(f"HaraConfig.clip must be (w_min, w_max), got {cfg.clip!r}")
     check_scalar('HaraConfig.clip[0] (w_min)', cfg.clip[0], 0, 1)
     check_scalar('HaraConfig.clip[1] (w_max)', cfg.clip[1], 1)
-    if cfg.L_b is not None: check_scalar('HaraConfig.L_b', cfg.L_b, 2, integer=True)
-    if cfg.alpha is not None: check_scalar('HaraConfig.alpha', cfg.alpha, 0, 1)
-    if cfg.reg is not None: check_scalar('HaraConfig.reg', cfg.reg, 0, open_low=True)
-    if cfg.granularity == 'span' and cfg.span_len is None and not cfg.span_sep_ids: raise ValueError("HaraConfig.granularity='span' needs span_len or span_sep_ids")
-    if cfg.span_len is not None: check_scalar('HaraConfig.span_len', cfg.span_len, 1, integer=True)
+    if cfg.L_b is not None:
+        check_scalar('HaraConfig.L_b', cfg.L_b, 2, integer=True)
+    if cfg.alpha is not None:
+        check_scalar('HaraConfig.alpha', cfg.alpha, 0, 1)
+    if cfg.reg is not None:
+        check_scalar('HaraConfig.reg', cfg.reg, 0, open_low=True)
+    if cfg.granularity == 'span' and cfg.span_len is None and not cfg.span_sep_ids:
+        raise ValueError("HaraConfig.granularity='span' needs span_len or span_sep_ids")
+    if cfg.span_len is not None:
+        check_scalar('HaraConfig.span_len', cfg.span_len, 1, integer=True)
     check_scalar('HaraConfig.hidden_layer', cfg.hidden_layer, integer=True)
     if cfg.forward_batch_size is not None:
         check_scalar('HaraConfig.forward_batch_size', cfg.forward_batch_size, 1, integer=True)
     return cfg
 
 # %% ../../nbs/5_practice/18_trl.ipynb #a14fd7d6
-def oracle_kwargs(cfg:HaraConfig) -> dict:
-    "The novelty keywords `hara_advantages` receives: the set fields among alpha, L_b, reg, metric, then `novelty_kw`."
-    kw = {k: getattr(cfg, k) for k in ('alpha', 'L_b', 'reg', 'metric') if getattr(cfg, k) is not None}
+def oracle_kwargs(cfg: HaraConfig) -> dict:
+    """The novelty keywords `hara_advantages` receives: the set fields among alpha, L_b, reg,
+    metric,
+    then `novelty_kw`."""
+    kw = {
+        k: getattr(cfg, k) for k in ('alpha', 'L_b', 'reg', 'metric') if getattr(cfg, k) is not None
+    }
     return {**kw, **cfg.novelty_kw}
 
 # %% ../../nbs/5_practice/18_trl.ipynb #5279db29
-def needs_hidden(cfg:HaraConfig) -> bool: return cfg.reweight in ('hara', 'shear')
+def needs_hidden(cfg: HaraConfig) -> bool:
+    return cfg.reweight in ('hara', 'shear')
+
 
 def token_advantages(
-    cfg:HaraConfig,
-    hidden:torch.Tensor|None, # (B, T, d) hidden states of the completion tokens (None unless `needs_hidden`)
-    mask:torch.Tensor, # (B, T) bool, True on completion tokens (a prefix of each row)
-    rewards:torch.Tensor, # (B,) rewards
-    group_ids:torch.Tensor, # (B,) prompt id of each rollout
-    advantages:torch.Tensor, # (B,) TRL's base advantages
-    completion_ids:torch.Tensor|None=None, # (B, T) token ids (for `span_sep_ids`)
-    entropy:torch.Tensor|None=None, # (B, T) token entropies (for 'entropy')
+    cfg: HaraConfig,
+    # (B, T, d) hidden states of the completion tokens (None unless `needs_hidden`)
+    hidden: torch.Tensor | None,
+    mask: torch.Tensor,  # (B, T) bool, True on completion tokens (a prefix of each row)
+    rewards: torch.Tensor,  # (B,) rewards
+    group_ids: torch.Tensor,  # (B,) prompt id of each rollout
+    advantages: torch.Tensor,  # (B,) TRL's base advantages
+    completion_ids: torch.Tensor | None = None,  # (B, T) token ids (for `span_sep_ids`)
+    entropy: torch.Tensor | None = None,  # (B, T) token entropies (for 'entropy')
 ) -> tuple:
-    "Token advantages (B, T) and the `Reweighting` record, from the oracle that `cfg.reweight` names."
+    """Token advantages (B, T) and the `Reweighting` record, from the oracle that `cfg.reweight`
+    names."""
     if cfg.reweight != 'hara':
-        return reweight_advantages(cfg.reweight, hidden, mask, rewards, group_ids, advantages=advantages, logits_entropy=entropy, **cfg.reweight_kw)
+        return reweight_advantages(
+            cfg.reweight,
+            hidden,
+            mask,
+            rewards,
+            group_ids,
+            advantages=advantages,
+            logits_entropy=entropy,
+            **cfg.reweight_kw,
+        )
     bnd = None
     if cfg.granularity == 'span' and cfg.span_sep_ids:
-        bnd = step_boundaries(torch.isin(completion_ids, torch.as_tensor(cfg.span_sep_ids, device=completion_ids.device)))  # (B, T)
-    return hara_advantages(hidden, mask, rewards, group_ids, granularity=cfg.granularity, advantages=advantages,
-                           span_len=None if bnd is not None else cfg.span_len, boundaries=bnd, kappa=cfg.kappa,
-                           w_min=cfg.clip[0], w_max=cfg.clip[1], **oracle_kwargs(cfg))
+        # (B, T)
+        bnd = step_boundaries(
+            torch.isin(
+                completion_ids, torch.as_tensor(cfg.span_sep_ids, device=completion_ids.device)
+            )
+        )
+    return hara_advantages(
+        hidden,
+        mask,
+        rewards,
+        group_ids,
+        granularity=cfg.granularity,
+        advantages=advantages,
+        span_len=None if bnd is not None else cfg.span_len,
+        boundaries=bnd,
+        kappa=cfg.kappa,
+        w_min=cfg.clip[0],
+        w_max=cfg.clip[1],
+        **oracle_kwargs(cfg),
+    )
 
 # %% ../../nbs/5_practice/18_trl.ipynb #05e86d42
-def dry_run(cfg:HaraConfig, d:int=8):
-    "Check option names against the oracle's signature and run it once, cheaply, on a synthetic batch: bad options fail now."
+def dry_run(cfg: HaraConfig, d: int = 8):
+    """Check option names against the oracle's signature and run it once, cheaply, on a synthetic
+    batch: bad options fail now."""
     if cfg.reweight == 'hara':
-        known = set(inspect.signature(hara_advantages).parameters) | set(inspect.signature(hara_novelty).parameters)
+        known = set(inspect.signature(hara_advantages).parameters) | set(
+            inspect.signature(hara_novelty).parameters
+        )
         bad = sorted(set(oracle_kwargs(cfg)) - known)
-        if bad: raise ValueError(f"HaraConfig: the oracle has no option(s) {bad}")
-        budget = {k: {**(oracle_kwargs(cfg).get(k) or {}), **v} for k, v in (('bary_kw', dict(max_iter=1, inner_iter=5)), ('sinkhorn_kw', dict(num_iter_max=5))) if k in known}
+        if bad:
+            raise ValueError(f"HaraConfig: the oracle has no option(s) {bad}")
+        budget = {
+            k: {**(oracle_kwargs(cfg).get(k) or {}), **v}
+            for k, v in (
+                ('bary_kw', dict(max_iter=1, inner_iter=5)),
+                ('sinkhorn_kw', dict(num_iter_max=5)),
+            )
+            if k in known
+        }
         cfg = replace(cfg, novelty_kw={**cfg.novelty_kw, **budget})
-    g = torch.Generator().manual_seed(0)  # its own generator: the global random state is left as it is
+    # its own generator: the global random state is left as it is
+    g = torch.Generator().manual_seed(0)
     hidden = torch.randn(8, 6, d, generator=g)  # (B, T, d)
     mask = torch.arange(6) < torch.tensor([6, 5, 4, 6, 3, 6, 5, 2])[:, None]  # (B, T)
-    rewards = torch.tensor([0., 0., 1., 1., 0., 1., 1., 1.])  # (B,)
+    rewards = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0])  # (B,)
     gid = torch.arange(8) // 4  # (B,)
     A = rewards - rewards.view(2, 4).mean(1).repeat_interleave(4)  # (B,)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')  # a solver stopping at the tiny budget is expected here
-        token_advantages(cfg, hidden, mask, rewards, gid, A, torch.zeros(8, 6, dtype=torch.long), torch.rand(8, 6, generator=g))
+        token_advantages(
+            cfg,
+            hidden,
+            mask,
+            rewards,
+            gid,
+            A,
+            torch.zeros(8, 6, dtype=torch.long),
+            torch.rand(8, 6, generator=g),
+        )
 
 # %% ../../nbs/5_practice/18_trl.ipynb #a29d67b8
-def check_hidden_layer(model, layer:int) -> int:
+def check_hidden_layer(model, layer: int) -> int:
     "`layer` if it indexes the model's `hidden_states` (n_layers + 1 entries), else a ValueError."
-    cfg = model.config.get_text_config() if hasattr(model.config, 'get_text_config') else model.config
+    cfg = (
+        model.config.get_text_config() if hasattr(model.config, 'get_text_config') else model.config
+    )
     n = cfg.num_hidden_layers + 1
-    if not -n <= layer < n: raise ValueError(f"HaraConfig.hidden_layer={layer} is out of range: the model has {n} hidden_states entries ({-n} .. {n - 1})")
+    if not -n <= layer < n:
+        raise ValueError(
+            f"HaraConfig.hidden_layer={layer} is out of range: the model has {n} hidden_states "
+            f"entries ({-n} .. {n - 1})"
+        )
     return layer
 
 # %% ../../nbs/5_practice/18_trl.ipynb #c02a7331
 def rollout_labels(
-    rewards_per_func:torch.Tensor, # (B, F) TRL's gathered rewards, NaN where a function returned None
-    reward_weights:torch.Tensor, # (F,) TRL's reward weights
-    num_generations:int, # G, size of TRL's contiguous prompt blocks
+    # (B, F) TRL's gathered rewards, NaN where a function returned None
+    rewards_per_func: torch.Tensor,
+    reward_weights: torch.Tensor,  # (F,) TRL's reward weights
+    num_generations: int,  # G, size of TRL's contiguous prompt blocks
 ) -> tuple:
-    "Rewards (B,) as TRL sums them and prompt ids (B,) = index // G; an unscorable rollout gets an id of its own."
+    """Rewards (B,) as TRL sums them and prompt ids (B,) = index // G; an unscorable rollout gets an
+    id of its own."""
     bad = torch.isnan(rewards_per_func).all(1)  # (B,)
-    r = (rewards_per_func * reward_weights[None]).nansum(1).masked_fill(bad, 0.)  # (B,)
-    B = len(r); i = torch.arange(B, device=r.device)
+    r = (rewards_per_func * reward_weights[None]).nansum(1).masked_fill(bad, 0.0)  # (B,)
+    B = len(r)
+    i = torch.arange(B, device=r.device)
     return r, torch.where(bad, B + i, i // num_generations)  # (B,), (B,)
 
 # %% ../../nbs/5_practice/18_trl.ipynb #71ac0686
 @torch.no_grad()
 def completion_hidden(
-    model, prompt_ids, prompt_mask, # (B, P) left-padded prompts and their mask
-    completion_ids, completion_mask, # (B, T) right-padded completions and their mask
-    layer:int=-1, # `hidden_states` entry
-    batch_size:int|None=None, # rows per forward
+    model,
+    prompt_ids,
+    prompt_mask,  # (B, P) left-padded prompts and their mask
+    completion_ids,
+    completion_mask,  # (B, T) right-padded completions and their mask
+    layer: int = -1,  # `hidden_states` entry
+    batch_size: int | None = None,  # rows per forward
 ) -> torch.Tensor:
-    "Hidden states (B, T, d) of the completion tokens: one no-grad forward with `output_hidden_states=True`."
-    ids, am = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)  # (B, P+T)
+    """Hidden states (B, T, d) of the completion tokens: one no-grad forward with
+    `output_hidden_states=True`."""
+    # (B, P+T)
+    ids, am = (
+        torch.cat([prompt_ids, completion_ids], 1),
+        torch.cat([prompt_mask, completion_mask], 1),
+    )
     T, bs, out = completion_ids.shape[1], batch_size or len(ids), []
     for s in range(0, len(ids), bs):
-        o = model(input_ids=ids[s:s + bs], attention_mask=am[s:s + bs], output_hidden_states=True, logits_to_keep=1, use_cache=False)
+        o = model(
+            input_ids=ids[s : s + bs],
+            attention_mask=am[s : s + bs],
+            output_hidden_states=True,
+            logits_to_keep=1,
+            use_cache=False,
+        )
         out.append(o.hidden_states[layer][:, -T:])  # (b, T, d)
     return torch.cat(out)  # (B, T, d)
 
 # %% ../../nbs/5_practice/18_trl.ipynb #6473bbd6
-def gather_rows(accelerator, x:torch.Tensor, pad_value=0) -> torch.Tensor:
-    "Every process's rows (b, T_p, ...) in process order, padded to the longest T: (P b, T_max, ...)."
-    if x.ndim > 1: x = accelerator.pad_across_processes(x, dim=1, pad_index=pad_value)
+def gather_rows(accelerator, x: torch.Tensor, pad_value=0) -> torch.Tensor:
+    """Every process's rows (b, T_p, ...) in process order, padded to the longest T: (P b, T_max,
+    ...)."""
+    if x.ndim > 1:
+        x = accelerator.pad_across_processes(x, dim=1, pad_index=pad_value)
     return accelerator.gather(x)
 
 # %% ../../nbs/5_practice/18_trl.ipynb #7efca8d8
 def weight_stats(
-    weights:torch.Tensor, # (b, T) token weights
-    mask:torch.Tensor, # (b, T) bool
-    base:torch.Tensor, # (b,) base advantages
+    weights: torch.Tensor,  # (b, T) token weights
+    mask: torch.Tensor,  # (b, T) bool
+    base: torch.Tensor,  # (b,) base advantages
 ) -> torch.Tensor:
-    "[sum, sum of squares, count, min, max] of the weights on tokens whose advantage is not 0, shape (5,)."
+    """[sum, sum of squares, count, min, max] of the weights on tokens whose advantage is not 0,
+    shape
+    (5,)."""
     w = weights[mask & (base != 0)[:, None]].double()  # (n,)
-    if w.numel() == 0: return torch.tensor([0., 0., 0., float('inf'), -float('inf')], dtype=torch.float64, device=weights.device)
-    return torch.stack([w.sum(), (w * w).sum(), torch.tensor(float(w.numel()), dtype=torch.float64, device=w.device), w.min(), w.max()])
+    if w.numel() == 0:
+        return torch.tensor(
+            [0.0, 0.0, 0.0, float('inf'), -float('inf')], dtype=torch.float64, device=weights.device
+        )
+    return torch.stack(
+        [
+            w.sum(),
+            (w * w).sum(),
+            torch.tensor(float(w.numel()), dtype=torch.float64, device=w.device),
+            w.min(),
+            w.max(),
+        ]
+    )
 
-def combine_stats(s:torch.Tensor) -> dict:
+
+def combine_stats(s: torch.Tensor) -> dict:
     "Mean, std, min, max of the weights from per-process `weight_stats` rows (P, 5)."
     tot, sq, n = s[:, 0].sum(), s[:, 1].sum(), s[:, 2].sum()
-    if n == 0: return dict(weight_mean=1., weight_std=0., weight_min=1., weight_max=1.)
+    if n == 0:
+        return dict(weight_mean=1.0, weight_std=0.0, weight_min=1.0, weight_max=1.0)
     mean = tot / n
-    return dict(weight_mean=mean.item(), weight_std=(sq / n - mean ** 2).clamp(min=0).sqrt().item(), weight_min=s[:, 3].min().item(), weight_max=s[:, 4].max().item())
+    return dict(
+        weight_mean=mean.item(),
+        weight_std=(sq / n - mean**2).clamp(min=0).sqrt().item(),
+        weight_min=s[:, 3].min().item(),
+        weight_max=s[:, 4].max().item(),
+    )
 
 # %% ../../nbs/5_practice/18_trl.ipynb #0e310fb8
 class HaraGRPOTrainer(GRPOTrainer):
-    "TRL's `GRPOTrainer` whose (B,) advantages are replaced by HARA's (B, T) token advantages (or a baseline's)."
-    def __init__(self, *args, hara:HaraConfig|None=None, **kwargs):
+    """TRL's `GRPOTrainer` whose (B,) advantages are replaced by HARA's (B, T) token advantages (or
+    a
+    baseline's)."""
+
+    def __init__(self, *args, hara: HaraConfig | None = None, **kwargs):
         hara = HaraConfig() if hara is None else hara
-        if not isinstance(hara, HaraConfig): raise TypeError(f"hara must be a HaraConfig, got {type(hara).__name__}")
+        if not isinstance(hara, HaraConfig):
+            raise TypeError(f"hara must be a HaraConfig, got {type(hara).__name__}")
         self.hara, self.hara_record = check_hara_config(hara), None
         dry_run(hara)  # bad options fail before TRL loads the model
         super().__init__(*args, **kwargs)
-        if needs_hidden(hara): check_hidden_layer(self.model, hara.hidden_layer)
+        if needs_hidden(hara):
+            check_hidden_layer(self.model, hara.hidden_layer)
 
     def _calculate_rewards(self, *args, **kwargs):
         "TRL's gathered rewards (B, F), kept for HARA's outcome groups (TRL does not return them)."
@@ -186,9 +313,12 @@ class HaraGRPOTrainer(GRPOTrainer):
         return self._hara_rewards_per_func
 
     def _generate_and_score_completions(self, inputs):
-        "TRL's batch, then (training only) its advantages replaced by token advantages (b, T), with metrics."
+        """TRL's batch, then (training only) its advantages replaced by token advantages (b, T),
+        with
+        metrics."""
         out = super()._generate_and_score_completions(inputs)
-        if self.hara.reweight == 'none' or not self.model.training: return out
+        if self.hara.reweight == 'none' or not self.model.training:
+            return out
         t0 = time.perf_counter()
         hidden, entropy = self._hara_signals(out)
         t1 = time.perf_counter()
@@ -196,50 +326,83 @@ class HaraGRPOTrainer(GRPOTrainer):
         self._hara_log(out, t1 - t0, time.perf_counter() - t0)
         return out
 
-    def _hara_signals(self, out) -> tuple: return hara_signals(self, out)
-    def _hara_advantages(self, out, hidden, entropy): return batch_token_advantages(self, out, hidden, entropy)
-    def _hara_log(self, out, t_forward, t_total): log_hara(self, out, t_forward, t_total)
+    def _hara_signals(self, out) -> tuple:
+        return hara_signals(self, out)
+
+    def _hara_advantages(self, out, hidden, entropy):
+        return batch_token_advantages(self, out, hidden, entropy)
+
+    def _hara_log(self, out, t_forward, t_total):
+        log_hara(self, out, t_forward, t_total)
 
 # %% ../../nbs/5_practice/18_trl.ipynb #04cb439d
-def hara_signals(trainer, out:dict) -> tuple:
-    "What the reweighting reads besides rewards: hidden states (b, T, d) and/or token entropies (b, T) of this process's rollouts."
+def hara_signals(trainer, out: dict) -> tuple:
+    """What the reweighting reads besides rewards: hidden states (b, T, d) and/or token entropies
+    (b,
+    T) of this process's rollouts."""
     cfg, args, model = trainer.hara, trainer.args, trainer.model
     ids = (out['prompt_ids'], out['prompt_mask'], out['completion_ids'], out['completion_mask'])
     bs = cfg.forward_batch_size or args.per_device_train_batch_size
     hidden = entropy = None
-    with torch.no_grad(), disable_gradient_checkpointing(model, args.gradient_checkpointing_kwargs), trainer.accelerator.autocast():
-        if needs_hidden(cfg): hidden = completion_hidden(model, *ids, layer=cfg.hidden_layer, batch_size=bs)  # (b, T, d)
+    with (
+        torch.no_grad(),
+        disable_gradient_checkpointing(model, args.gradient_checkpointing_kwargs),
+        trainer.accelerator.autocast(),
+    ):
+        # (b, T, d)
+        if needs_hidden(cfg):
+            hidden = completion_hidden(model, *ids, layer=cfg.hidden_layer, batch_size=bs)
         if cfg.reweight == 'entropy':
             pc, am = torch.cat(ids[0::2], 1), torch.cat(ids[1::2], 1)  # (b, P+T)
-            entropy = trainer._get_per_token_logps_and_entropies(model, pc, am, ids[2].shape[1], bs, compute_entropy=True)[1]  # (b, T)
+            # (b, T)
+            entropy = trainer._get_per_token_logps_and_entropies(
+                model, pc, am, ids[2].shape[1], bs, compute_entropy=True
+            )[1]
     return hidden, entropy
 
 # %% ../../nbs/5_practice/18_trl.ipynb #9465e3eb
-def batch_token_advantages(trainer, out:dict, hidden, entropy) -> torch.Tensor:
-    "This process's token advantages (b, T); outcome groups that span processes (and 'entropy''s batch-wide top-ρ) are gathered first."
+def batch_token_advantages(trainer, out: dict, hidden, entropy) -> torch.Tensor:
+    """This process's token advantages (b, T); outcome groups that span processes (and 'entropy''s
+    batch-wide top-ρ) are gathered first."""
     cfg, acc, G = trainer.hara, trainer.accelerator, trainer.num_generations
-    mask, ids, A = out['completion_mask'], out['completion_ids'], out['advantages']  # (b, T), (b, T), (b,)
+    # (b, T), (b, T), (b,)
+    mask, ids, A = out['completion_mask'], out['completion_ids'], out['advantages']
     (b, T), p = mask.shape, acc.process_index
-    rewards, gid = rollout_labels(trainer._hara_rewards_per_func, trainer.reward_weights.to(A.device), G)  # (P b,) each
-    if acc.num_processes > 1 and (b % G != 0 or cfg.reweight == 'entropy'):  # a group spans processes: all see the whole batch
+    # (P b,) each
+    rewards, gid = rollout_labels(
+        trainer._hara_rewards_per_func, trainer.reward_weights.to(A.device), G
+    )
+    # a group spans processes: all see the whole batch
+    if acc.num_processes > 1 and (b % G != 0 or cfg.reweight == 'entropy'):
         pad = trainer._tokenizer.pad_token_id
-        hidden, entropy = (None if x is None else gather_rows(acc, x) for x in (hidden, entropy))  # (P b, T_max, ...)
+        # (P b, T_max, ...)
+        hidden, entropy = (None if x is None else gather_rows(acc, x) for x in (hidden, entropy))
         mask, ids, A = gather_rows(acc, mask), gather_rows(acc, ids, pad), gather_rows(acc, A)
         rows = slice(p * b, (p + 1) * b)
-    else: rewards, gid, rows = rewards[p * b:(p + 1) * b], gid[p * b:(p + 1) * b], slice(0, b)  # whole groups on each process
+    # whole groups on each process
+    else:
+        rewards, gid, rows = rewards[p * b : (p + 1) * b], gid[p * b : (p + 1) * b], slice(0, b)
     adv, rw = token_advantages(cfg, hidden, mask.bool(), rewards, gid, A, ids, entropy)  # (B', T')
     trainer.hara_record = dict(reweighting=rw, rows=rows, rewards=rewards, group_ids=gid)
     return adv[rows, :T].to(out['advantages'].dtype)  # (b, T)
 
 # %% ../../nbs/5_practice/18_trl.ipynb #ddfbb478
-def log_hara(trainer, out:dict, t_forward:float, t_total:float):
-    "Log `hara/weight_{mean,std,min,max}`, `hara/bary_iters`, `hara/time` and `hara/time_forward` next to TRL's metrics."
+def log_hara(trainer, out: dict, t_forward: float, t_total: float):
+    """Log `hara/weight_{mean,std,min,max}`, `hara/bary_iters`, `hara/time` and `hara/time_forward`
+    next to TRL's metrics."""
     acc, rec = trainer.accelerator, trainer.hara_record
     rw, rows, T = rec['reweighting'], rec['rows'], out['completion_mask'].shape[1]
     st = weight_stats(rw.weights[rows, :T], out['completion_mask'].bool(), rw.base[rows])  # (5,)
     m = combine_stats(acc.gather(st[None].float().to(acc.device)).double())
     it = getattr(rw.novelty, 'bary_iters', None) if rw.novelty is not None else None
-    times = acc.gather(torch.tensor([[t_forward, t_total, float(it or 0)]], device=acc.device)).max(0).values  # slowest process
+    # slowest process
+    times = (
+        acc.gather(torch.tensor([[t_forward, t_total, float(it or 0)]], device=acc.device))
+        .max(0)
+        .values
+    )
     m.update(time_forward=times[0].item(), time=times[1].item())
-    if rw.novelty is not None: m['bary_iters'] = times[2].item()
-    for k, v in m.items(): trainer._metrics['train'][f'hara/{k}'].append(v)
+    if rw.novelty is not None:
+        m['bary_iters'] = times[2].item()
+    for k, v in m.items():
+        trainer._metrics['train'][f'hara/{k}'].append(v)

@@ -4,126 +4,331 @@
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #826e78b2
 from __future__ import annotations
-import json, os, sys, time, warnings
+import json
+import sys
+import time
+import warnings
 from dataclasses import asdict, replace
-from pathlib import Path  # TRL and hara_ref.practice.trl are imported inside the functions: importing this module loads neither
+
+# TRL and hara_ref.practice.trl are imported inside the functions: importing this module loads
+# neither
+from pathlib import Path
 
 # %% auto #0
 __all__ = ['TRL_LOSS', 'hara_config_of', 'grpo_config_of', 'trl_dataset', 'trl_reward', 'metrics_callback', 'train_run_trl',
            'train_cli_trl']
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #c2d7c70d
-TRL_LOSS = {'grpo': 'grpo', 'drgrpo': 'dr_grpo', 'dapo': 'dapo'}  # our base method -> TRL's loss_type
+# our base method -> TRL's loss_type
+TRL_LOSS = {'grpo': 'grpo', 'drgrpo': 'dr_grpo', 'dapo': 'dapo'}
 
-def hara_config_of(cfg) -> HaraConfig:
-    "The `HaraConfig` of a `TrainConfig`: the same knobs and optional iteration caps as chapter 16_rl's `credit_advantages`."
+
+def hara_config_of(cfg):
+    """The `HaraConfig` of a `TrainConfig`: the same knobs and optional iteration caps as chapter
+    16_rl's `credit_advantages`."""
     from hara_ref.practice.trl import HaraConfig
-    cap = {} if cfg.sinkhorn_iters is None else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters))
-    if cfg.reweight == 'none': return HaraConfig(reweight='none')
-    if cfg.reweight == 'shear': return HaraConfig(reweight='shear', hidden_layer=cfg.hidden_layer, reweight_kw=dict(reg=cfg.reg, **cap))
-    if not cfg.reweight.startswith('hara'): return HaraConfig(reweight=cfg.reweight)
-    bk = {**({} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)), **({} if cfg.sinkhorn_iters is None else dict(inner_iter=cfg.sinkhorn_iters))}
-    return HaraConfig(granularity='seq' if cfg.reweight == 'hara-seq' else 'tok', alpha=cfg.alpha, L_b=cfg.L_b, reg=cfg.reg,
-                      hidden_layer=cfg.hidden_layer, novelty_kw={**(dict(bary_kw=bk) if bk else {}), **cap})
+
+    cap = (
+        {}
+        if cfg.sinkhorn_iters is None
+        else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters))
+    )
+    if cfg.reweight == 'none':
+        return HaraConfig(reweight='none')
+    if cfg.reweight == 'shear':
+        return HaraConfig(
+            reweight='shear', hidden_layer=cfg.hidden_layer, reweight_kw=dict(reg=cfg.reg, **cap)
+        )
+    if not cfg.reweight.startswith('hara'):
+        return HaraConfig(reweight=cfg.reweight)
+    bk = {
+        **({} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)),
+        **({} if cfg.sinkhorn_iters is None else dict(inner_iter=cfg.sinkhorn_iters)),
+    }
+    return HaraConfig(
+        granularity='seq' if cfg.reweight == 'hara-seq' else 'tok',
+        alpha=cfg.alpha,
+        L_b=cfg.L_b,
+        reg=cfg.reg,
+        hidden_layer=cfg.hidden_layer,
+        novelty_kw={**(dict(bary_kw=bk) if bk else {}), **cap},
+    )
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #26b444a4
-def grpo_config_of(cfg, out_dir, device:str='cpu', dtype:str='fp32', gradient_checkpointing:bool=False):
-    "TRL's `GRPOConfig` for a `TrainConfig`: one RL step = `ppo_epochs` x `minibatches` optimizer steps on G x prompts rollouts."
+def grpo_config_of(
+    cfg, out_dir, device: str = 'cpu', dtype: str = 'fp32', gradient_checkpointing: bool = False
+):
+    """TRL's `GRPOConfig` for a `TrainConfig`: one RL step = `ppo_epochs` x `minibatches` optimizer
+    steps on G x prompts rollouts."""
     from trl import GRPOConfig
+
     B = cfg.group_size * cfg.prompts_per_step
-    if B % cfg.minibatches: raise ValueError(f"group_size * prompts_per_step = {B} must be divisible by minibatches = {cfg.minibatches}")
+    if B % cfg.minibatches:
+        raise ValueError(
+            f"group_size * prompts_per_step = {B} must be divisible by minibatches = "
+            f"{cfg.minibatches}"
+        )
     k = cfg.ppo_epochs * cfg.minibatches  # optimizer steps per RL step
-    return GRPOConfig(output_dir=str(out_dir), num_generations=cfg.group_size, per_device_train_batch_size=B // cfg.minibatches,
-                      steps_per_generation=cfg.minibatches, num_iterations=cfg.ppo_epochs, gradient_accumulation_steps=1,
-                      max_steps=cfg.steps * k, logging_steps=k, learning_rate=cfg.lr, lr_scheduler_type='constant', weight_decay=0.0,
-                      max_grad_norm=1.0, beta=cfg.beta, epsilon=cfg.clip_eps_low, epsilon_high=cfg.clip_eps_high,
-                      temperature=cfg.temperature, max_completion_length=cfg.max_new_tokens, loss_type=TRL_LOSS[cfg.method],
-                      scale_rewards='none' if cfg.method == 'drgrpo' else 'group', seed=cfg.seed, use_cpu=device == 'cpu',
-                      bf16=dtype == 'bf16', fp16=dtype == 'fp16', gradient_checkpointing=gradient_checkpointing,
-                      report_to='none', save_strategy='no', disable_tqdm=True)
+    return GRPOConfig(
+        output_dir=str(out_dir),
+        num_generations=cfg.group_size,
+        per_device_train_batch_size=B // cfg.minibatches,
+        steps_per_generation=cfg.minibatches,
+        num_iterations=cfg.ppo_epochs,
+        gradient_accumulation_steps=1,
+        max_steps=cfg.steps * k,
+        logging_steps=k,
+        learning_rate=cfg.lr,
+        lr_scheduler_type='constant',
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        beta=cfg.beta,
+        epsilon=cfg.clip_eps_low,
+        epsilon_high=cfg.clip_eps_high,
+        temperature=cfg.temperature,
+        max_completion_length=cfg.max_new_tokens,
+        loss_type=TRL_LOSS[cfg.method],
+        scale_rewards='none' if cfg.method == 'drgrpo' else 'group',
+        seed=cfg.seed,
+        use_cpu=device == 'cpu',
+        bf16=dtype == 'bf16',
+        fp16=dtype == 'fp16',
+        gradient_checkpointing=gradient_checkpointing,
+        report_to='none',
+        save_strategy='no',
+        disable_tqdm=True,
+    )
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #e153149d
-def trl_dataset(tokenizer, items:list):
-    "An in-memory `datasets.Dataset` of plain prompts (BOS written in front when the tokenizer does not add it) and answers."
+def trl_dataset(tokenizer, items: list):
+    """An in-memory `datasets.Dataset` of plain prompts (BOS written in front when the tokenizer
+    does
+    not add it) and answers."""
     from datasets import Dataset
-    bos = tokenizer.bos_token if tokenizer.bos_token and tokenizer('x')['input_ids'][:1] != [tokenizer.bos_token_id] else ''
-    return Dataset.from_list([dict(prompt=bos + it['prompt'], answer=str(it['answer'])) for it in items])
+
+    bos = (
+        tokenizer.bos_token
+        if tokenizer.bos_token and tokenizer('x')['input_ids'][:1] != [tokenizer.bos_token_id]
+        else ''
+    )
+    return Dataset.from_list(
+        [dict(prompt=bos + it['prompt'], answer=str(it['answer'])) for it in items]
+    )
+
 
 def trl_reward(reward_fn):
     "A TRL reward function (name `correct`) from our `reward_fn(text, answer)`."
-    def correct(completions, answer, **kw): return [float(reward_fn(c, a)) for c, a in zip(completions, answer)]
+
+    def correct(completions, answer, **kw):
+        return [float(reward_fn(c, a)) for c, a in zip(completions, answer)]
+
     return correct
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #80a85900
-def metrics_callback(run_dir, tag:dict, k:int, eval_fn, eval_every:int, bar=None):
-    "A `TrainerCallback` writing our `metrics.jsonl` rows: one 'train' row per RL step (k optimizer steps), 'eval' rows every `eval_every`."
+def metrics_callback(run_dir, tag: dict, k: int, eval_fn, eval_every: int, bar=None):
+    """A `TrainerCallback` writing our `metrics.jsonl` rows: one 'train' row per RL step (k
+    optimizer
+    steps), 'eval' rows every `eval_every`."""
     from transformers import TrainerCallback
     from hara_ref.train.policy import append_jsonl
+
     class Rows(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
-            if not logs or 'reward' not in logs: return
+            if not logs or 'reward' not in logs:
+                return
             s = state.global_step // k
-            append_jsonl(run_dir / 'metrics.jsonl', dict(kind='train', step=s, **tag, reward=logs['reward'], entropy=logs['entropy'],
-                         length=logs['completions/mean_length'], t_hara=logs.get('hara/time', 0.), t_step=logs['step_time'] * k,
-                         **{key: v for key, v in logs.items() if key.startswith('hara/') or key.startswith('clip_ratio/')}))
-            if bar is not None: bar.update(1)
+            append_jsonl(
+                run_dir / 'metrics.jsonl',
+                dict(
+                    kind='train',
+                    step=s,
+                    **tag,
+                    reward=logs['reward'],
+                    entropy=logs['entropy'],
+                    length=logs['completions/mean_length'],
+                    t_hara=logs.get('hara/time', 0.0),
+                    t_step=logs['step_time'] * k,
+                    **{
+                        key: v
+                        for key, v in logs.items()
+                        if key.startswith('hara/') or key.startswith('clip_ratio/')
+                    },
+                ),
+            )
+            if bar is not None:
+                bar.update(1)
+
         def on_step_end(self, args, state, control, model=None, **kw):
             s = state.global_step // k
-            if state.global_step % k == 0 and (s % eval_every == 0 or state.global_step == state.max_steps):
-                append_jsonl(run_dir / 'metrics.jsonl', dict(kind='eval', step=s, **tag, **eval_fn(model))); model.train()
+            if state.global_step % k == 0 and (
+                s % eval_every == 0 or state.global_step == state.max_steps
+            ):
+                append_jsonl(
+                    run_dir / 'metrics.jsonl', dict(kind='eval', step=s, **tag, **eval_fn(model))
+                )
+                model.train()
+
     return Rows()
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #fb9d009e
-def train_run_trl(cfg, run_dir, init_path, train_items:list, eval_items:list, reward_fn, device='cpu', dtype:str='fp32',
-                  gradient_checkpointing:bool=False, progress:bool=True, start_eval:dict|None=None) -> list:
-    "One seeded run of `HaraGRPOTrainer` from `init_path`, written like `hara_ref.train.rl.train_run` (metrics.jsonl, final/)."
+def train_run_trl(
+    cfg,
+    run_dir,
+    init_path,
+    train_items: list,
+    eval_items: list,
+    reward_fn,
+    device='cpu',
+    dtype: str = 'fp32',
+    gradient_checkpointing: bool = False,
+    progress: bool = True,
+    start_eval: dict | None = None,
+) -> list:
+    """One seeded run of `HaraGRPOTrainer` from `init_path`, written like
+    `hara_ref.train.rl.train_run` (metrics.jsonl, final/)."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from hara_ref.train.policy import load_policy, save_policy
     from hara_ref.train.rl import evaluate, progress_bar
     from hara_ref.train.policy import append_jsonl, read_jsonl
     from hara_ref.practice.trl import HaraGRPOTrainer
-    run_dir = Path(run_dir); run_dir.mkdir(parents=True, exist_ok=True); (run_dir / 'metrics.jsonl').unlink(missing_ok=True)
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / 'metrics.jsonl').unlink(missing_ok=True)
     model, tok = load_policy(init_path, device, dtype)
-    tag, k = dict(method=cfg.method, reweight=cfg.reweight, seed=cfg.seed, engine='trl'), cfg.ppo_epochs * cfg.minibatches
-    ev = lambda m: evaluate(m, tok, eval_items, reward_fn, cfg.eval_samples, cfg.temperature, cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len)
-    append_jsonl(run_dir / 'metrics.jsonl', dict(kind='eval', step=0, **tag, **(start_eval or ev(model))))
-    bar = progress_bar(total=cfg.steps, desc=f"TRL {cfg.method}+{cfg.reweight} s{cfg.seed}", leave=False) if progress else None
-    tr = HaraGRPOTrainer(model=model, processing_class=tok, reward_funcs=trl_reward(reward_fn), train_dataset=trl_dataset(tok, train_items),
-                         args=grpo_config_of(cfg, run_dir / 'trl', device, dtype, gradient_checkpointing), hara=hara_config_of(cfg),
-                         callbacks=[metrics_callback(run_dir, tag, k, ev, cfg.eval_every, bar)])
-    for cb in (PrinterCallback, ProgressCallback): tr.remove_callback(cb)
+    tag, k = (
+        dict(method=cfg.method, reweight=cfg.reweight, seed=cfg.seed, engine='trl'),
+        cfg.ppo_epochs * cfg.minibatches,
+    )
+    ev = lambda m: evaluate(
+        m,
+        tok,
+        eval_items,
+        reward_fn,
+        cfg.eval_samples,
+        cfg.temperature,
+        cfg.max_new_tokens,
+        max_prompt_len=cfg.max_prompt_len,
+    )
+    append_jsonl(
+        run_dir / 'metrics.jsonl', dict(kind='eval', step=0, **tag, **(start_eval or ev(model)))
+    )
+    bar = (
+        progress_bar(
+            total=cfg.steps, desc=f"TRL {cfg.method}+{cfg.reweight} s{cfg.seed}", leave=False
+        )
+        if progress
+        else None
+    )
+    tr = HaraGRPOTrainer(
+        model=model,
+        processing_class=tok,
+        reward_funcs=trl_reward(reward_fn),
+        train_dataset=trl_dataset(tok, train_items),
+        args=grpo_config_of(cfg, run_dir / 'trl', device, dtype, gradient_checkpointing),
+        hara=hara_config_of(cfg),
+        callbacks=[metrics_callback(run_dir, tag, k, ev, cfg.eval_every, bar)],
+    )
+    for cb in (PrinterCallback, ProgressCallback):
+        tr.remove_callback(cb)
     tr.train()
-    if bar is not None: bar.close()
+    if bar is not None:
+        bar.close()
     save_policy(tr.model, tok, run_dir / 'final')
     return read_jsonl(run_dir / 'metrics.jsonl')
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #1b4ea93a
 def train_cli_trl(ex, cfg) -> int:
-    "`hara-ref train --engine trl`: the experiment of `hara-ref train` (SFT once, every variant and seed) through `HaraGRPOTrainer`."
+    """`hara-ref train --engine trl`: the experiment of `hara-ref train` (SFT once, every variant
+    and
+    seed) through `HaraGRPOTrainer`."""
     from hara_ref.train.policy import load_policy
     from hara_ref.train.rl import evaluate
-    from hara_ref.train.policy import read_jsonl
-    from hara_ref.train.experiment import prepare_start, plot_runs, summarize, variant_name, set_threads
-    bad = ("--resume is not supported" if ex.resume else f"--method {cfg.method} is not a TRL loss" if cfg.method not in TRL_LOSS
-           else "--allocation must be uniform" if getattr(cfg, 'allocation', 'uniform') != 'uniform' else None)
-    if bad: print(f"hara-ref train: error: {bad} with --engine trl (it supports --method {'|'.join(TRL_LOSS)}, fresh runs)", file=sys.stderr); return 2
-    set_threads(max(1, ex.threads * ex.workers)); t0 = time.time(); out = Path(ex.out); out.mkdir(parents=True, exist_ok=True)
-    warnings.filterwarnings('ignore', category=FutureWarning, module=r'transformers\.')  # renamed-argument notices TRL triggers
-    print(f"hara-ref train --engine trl -> {out}  ({variant_name(cfg.method, '|'.join(ex.reweights))}, seeds {list(ex.seeds)}, "
-          f"G={cfg.group_size}, {cfg.steps} steps, TRL GRPOTrainer)", flush=True)
-    (out / 'config.json').write_text(json.dumps(dict(experiment=asdict(ex), train=asdict(cfg), engine='trl'), indent=1, default=str))
+    from hara_ref.train.experiment import (
+        prepare_start,
+        plot_runs,
+        summarize,
+        variant_name,
+        set_threads,
+    )
+
+    bad = (
+        "--resume is not supported"
+        if ex.resume
+        else f"--method {cfg.method} is not a TRL loss"
+        if cfg.method not in TRL_LOSS
+        else "--allocation must be uniform"
+        if getattr(cfg, 'allocation', 'uniform') != 'uniform'
+        else None
+    )
+    if bad:
+        print(
+            f"hara-ref train: error: {bad} with --engine trl (it supports --method "
+            f"{'|'.join(TRL_LOSS)}, fresh runs)",
+            file=sys.stderr,
+        )
+        return 2
+    set_threads(max(1, ex.threads * ex.workers))
+    t0 = time.time()
+    out = Path(ex.out)
+    out.mkdir(parents=True, exist_ok=True)
+    # renamed-argument notices TRL triggers
+    warnings.filterwarnings('ignore', category=FutureWarning, module=r'transformers\.')
+    print(
+        f"hara-ref train --engine trl -> {out}  "
+        f"({variant_name(cfg.method, '|'.join(ex.reweights))}, seeds {list(ex.seeds)}, "
+        f"G={cfg.group_size}, {cfg.steps} steps, TRL GRPOTrainer)",
+        flush=True,
+    )
+    (out / 'config.json').write_text(
+        json.dumps(
+            dict(experiment=asdict(ex), train=asdict(cfg), engine='trl'), indent=1, default=str
+        )
+    )
     init, train, held, reward_fn = prepare_start(ex, cfg.eval_prompts)
-    held = held[:cfg.eval_prompts]
+    held = held[: cfg.eval_prompts]
     m, tok = load_policy(init, ex.device, ex.dtype)
-    start = evaluate(m, tok, held, reward_fn, cfg.eval_samples, cfg.temperature, cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len)
+    start = evaluate(
+        m,
+        tok,
+        held,
+        reward_fn,
+        cfg.eval_samples,
+        cfg.temperature,
+        cfg.max_new_tokens,
+        max_prompt_len=cfg.max_prompt_len,
+    )
     (out / 'start_eval.json').write_text(json.dumps(start))
     runs = {}
     for rw in ex.reweights:
         for s in ex.seeds:
             d = out / 'runs' / f"{variant_name(cfg.method, rw)}-s{s}"
-            runs[d.name] = train_run_trl(replace(cfg, reweight=rw, seed=s), d, init, train, held, reward_fn, ex.device, ex.dtype, ex.gradient_checkpointing, True, start)
-    plot_runs(runs, out / 'curves.png', f"{cfg.method} (TRL GRPOTrainer): held-out pass@1 from {start['pass1']:.3f} (start)")
-    rows, table = summarize(runs, start); wall = time.time() - t0
-    (out / 'summary.json').write_text(json.dumps(dict(start=start, variants=rows, wall_s=wall, engine='trl'), indent=1))
-    print(table); print(f"total wall time {wall:.0f} s; curves: {out / 'curves.png'}; metrics: {out / 'runs'}/*/metrics.jsonl")
+            runs[d.name] = train_run_trl(
+                replace(cfg, reweight=rw, seed=s),
+                d,
+                init,
+                train,
+                held,
+                reward_fn,
+                ex.device,
+                ex.dtype,
+                ex.gradient_checkpointing,
+                True,
+                start,
+            )
+    plot_runs(
+        runs,
+        out / 'curves.png',
+        f"{cfg.method} (TRL GRPOTrainer): held-out pass@1 from {start['pass1']:.3f} (start)",
+    )
+    rows, table = summarize(runs, start)
+    wall = time.time() - t0
+    (out / 'summary.json').write_text(
+        json.dumps(dict(start=start, variants=rows, wall_s=wall, engine='trl'), indent=1)
+    )
+    print(table)
+    print(
+        f"total wall time {wall:.0f} s; curves: {out / 'curves.png'}; metrics: "
+        f"{out / 'runs'}/*/metrics.jsonl"
+    )
     return 0

@@ -4,7 +4,9 @@
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #8304b8b1
 from __future__ import annotations
-import math, operator, threading
+import math
+import operator
+import threading
 import torch
 import torch.nn.functional as F
 
@@ -14,144 +16,191 @@ __all__ = ['token_logprobs', 'causal_token_logprobs', 'response_mask', 'sequence
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #84e1ed08
 def token_logprobs(
-    logits:torch.Tensor, # (B, T, V) next-token logits, aligned with `targets`
-    targets:torch.Tensor, # (B, T) long token ids, targets[b, t] is scored by logits[b, t]
-) -> torch.Tensor: # (B, T) log pi(targets[b, t])
+    logits: torch.Tensor,  # (B, T, V) next-token logits, aligned with `targets`
+    targets: torch.Tensor,  # (B, T) long token ids, targets[b, t] is scored by logits[b, t]
+) -> torch.Tensor:  # (B, T) log pi(targets[b, t])
     "Eq. (2): log-softmax of `logits` gathered at `targets`."
     if logits.ndim != 3 or targets.shape != logits.shape[:2]:
-        raise ValueError(f"logits must be (B, T, V) and targets (B, T); got {tuple(logits.shape)} and {tuple(targets.shape)}")
-    if targets.dtype not in (torch.int64, torch.int32): raise TypeError(f"targets must be integer token ids, got {targets.dtype}")
+        raise ValueError(
+            f"logits must be (B, T, V) and targets (B, T); got {tuple(logits.shape)} and "
+            f"{tuple(targets.shape)}"
+        )
+    if targets.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"targets must be integer token ids, got {targets.dtype}")
     if targets.numel() and (targets.min() < 0 or targets.max() >= logits.shape[-1]):
-        raise ValueError(f"targets must lie in [0, V={logits.shape[-1]}), got range [{targets.min()}, {targets.max()}]")
-    if torch.isnan(logits).any(): raise ValueError("logits contain NaN")
+        raise ValueError(
+            f"targets must lie in [0, V={logits.shape[-1]}), got range [{targets.min()}, "
+            f"{targets.max()}]"
+        )
+    if torch.isnan(logits).any():
+        raise ValueError("logits contain NaN")
     z = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()  # (B, T, V)
     # log pi(x_{t+1} | x_{<=t}) = z_{t, x_{t+1}} - logsumexp(z_t)
     return F.log_softmax(z, dim=-1).gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # (B, T)
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #ad39be01
 def causal_token_logprobs(
-    logits:torch.Tensor, # (B, T, V) logits of a causal LM called on `input_ids`
-    input_ids:torch.Tensor, # (B, T) the sequences the logits were computed from
-) -> torch.Tensor: # (B, T-1) entry j = log pi(input_ids[:, j+1] | input_ids[:, :j+1])
+    logits: torch.Tensor,  # (B, T, V) logits of a causal LM called on `input_ids`
+    input_ids: torch.Tensor,  # (B, T) the sequences the logits were computed from
+) -> torch.Tensor:  # (B, T-1) entry j = log pi(input_ids[:, j+1] | input_ids[:, :j+1])
     "Token log-probabilities of a causal LM: logits at position t score the token at t+1."
     if logits.ndim != 3 or input_ids.shape != logits.shape[:2]:
-        raise ValueError(f"logits must be (B, T, V) and input_ids (B, T); got {tuple(logits.shape)} and {tuple(input_ids.shape)}")
+        raise ValueError(
+            f"logits must be (B, T, V) and input_ids (B, T); got {tuple(logits.shape)} and "
+            f"{tuple(input_ids.shape)}"
+        )
     return token_logprobs(logits[:, :-1], input_ids[:, 1:])  # (B, T-1)
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #9ec14bb0
 def response_mask(
-    attention_mask:torch.Tensor, # (B, T) 1/True on real tokens, 0/False on padding
-    prompt_lens, # (B,) ints, number of columns before the response in each row
-) -> torch.Tensor: # (B, T) bool, True on response tokens
+    attention_mask: torch.Tensor,  # (B, T) 1/True on real tokens, 0/False on padding
+    prompt_lens,  # (B,) ints, number of columns before the response in each row
+) -> torch.Tensor:  # (B, T) bool, True on response tokens
     "True on response tokens: at or after the response start and not padding."
-    if attention_mask.ndim != 2: raise ValueError(f"attention_mask must be (B, T), got {tuple(attention_mask.shape)}")
+    if attention_mask.ndim != 2:
+        raise ValueError(f"attention_mask must be (B, T), got {tuple(attention_mask.shape)}")
     B, T = attention_mask.shape
     p = torch.as_tensor(prompt_lens, device=attention_mask.device).reshape(-1)  # (B,)
-    if p.shape[0] != B: raise ValueError(f"prompt_lens has {p.shape[0]} entries for {B} rows")
-    if (p < 0).any() or (p > T).any(): raise ValueError(f"prompt_lens must lie in [0, T={T}], got {p.tolist()}")
+    if p.shape[0] != B:
+        raise ValueError(f"prompt_lens has {p.shape[0]} entries for {B} rows")
+    if (p < 0).any() or (p > T).any():
+        raise ValueError(f"prompt_lens must lie in [0, T={T}], got {p.tolist()}")
     cols = torch.arange(T, device=attention_mask.device)  # (T,)
     return (cols[None, :] >= p[:, None]) & attention_mask.bool()  # (B, T)
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #ffb44a83
 def sequence_logprob(
-    token_logp:torch.Tensor, # (B, T) token log-probabilities
-    mask:torch.Tensor, # (B, T) bool (or 0/1), True on the tokens of the response
-) -> torch.Tensor: # (B,) log pi(o | q), 0 for a row whose mask is empty
+    token_logp: torch.Tensor,  # (B, T) token log-probabilities
+    mask: torch.Tensor,  # (B, T) bool (or 0/1), True on the tokens of the response
+) -> torch.Tensor:  # (B,) log pi(o | q), 0 for a row whose mask is empty
     "Eq. (3): sum of the token log-probabilities under the mask."
-    if mask.shape != token_logp.shape: raise ValueError(f"mask {tuple(mask.shape)} and token_logp {tuple(token_logp.shape)} differ in shape")
+    if mask.shape != token_logp.shape:
+        raise ValueError(
+            f"mask {tuple(mask.shape)} and token_logp {tuple(token_logp.shape)} differ in shape"
+        )
     m = mask.bool()  # (B, T)
-    if torch.isnan(token_logp[m]).any(): raise ValueError("token_logp is NaN at a masked-in position")
+    if torch.isnan(token_logp[m]).any():
+        raise ValueError("token_logp is NaN at a masked-in position")
     # sum_t m_t log pi(x_{t+1} | x_{<=t})
     return torch.where(m, token_logp, torch.zeros_like(token_logp)).sum(-1)  # (B,)
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #3d4519f0
 def rounding_tol(
-    scale:float, # magnitude of the terms behind the values compared (e.g. their largest |value|)
-    n:int=1, # length of the longest reduction (sum, dot product, softmax) behind one value
-    dtype=torch.float32, # dtype the values were computed in
-) -> float: # absolute tolerance
-    "Tolerance for two computations that round differently: 8 sqrt(n) u scale, u = finfo(dtype).eps."
+    scale: float,  # magnitude of the terms behind the values compared (e.g. their largest |value|)
+    n: int = 1,  # length of the longest reduction (sum, dot product, softmax) behind one value
+    dtype=torch.float32,  # dtype the values were computed in
+) -> float:  # absolute tolerance
+    """Tolerance for two computations that round differently: 8 sqrt(n) u scale, u =
+    finfo(dtype).eps."""
     return 8 * math.sqrt(max(int(n), 1)) * torch.finfo(dtype).eps * float(scale)
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #6d1dd8d3
 _BOX_CMDS = ('\\boxed', '\\fbox')
 
-def _box_start(text:str, i:int) -> int|None:
+
+def _box_start(text: str, i: int) -> int | None:
     "If a box command starts at `i`, the index of its opening brace, else None."
     for cmd in _BOX_CMDS:
         if text.startswith(cmd, i):
             j = i + len(cmd)
-            while j < len(text) and text[j] == ' ': j += 1
+            while j < len(text) and text[j] == ' ':
+                j += 1
             return j if j < len(text) and text[j] == '{' else None
     return None
 
-def _matching_brace(text:str, j:int) -> int|None:
-    "Index of the brace closing the one at `j` (escaped braces do not count), or None if unbalanced."
+
+def _matching_brace(text: str, j: int) -> int | None:
+    """Index of the brace closing the one at `j` (escaped braces do not count), or None if
+    unbalanced."""
     depth, k = 0, j
     while k < len(text):
         c = text[k]
-        if c == '\\': k += 2; continue  # skip the escaped character: \{ \} \\
+        if c == '\\':
+            k += 2
+            continue  # skip the escaped character: \{ \} \\
         depth += (c == '{') - (c == '}')
-        if depth == 0: return k
+        if depth == 0:
+            return k
         k += 1
     return None
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #7a4509bc
 def extract_boxed(
-    text:str, # a model's output
-) -> str|None: # content of the last top-level box, None if there is none or it never closes
+    text: str,  # a model's output
+) -> str | None:  # content of the last top-level box, None if there is none or it never closes
     "The content of the last top-level `\\boxed{...}` / `\\fbox{...}` in `text`, braces balanced."
-    if not isinstance(text, str): return None
+    if not isinstance(text, str):
+        return None
     found, i = None, 0
     while (i := text.find('\\', i)) != -1:
         j = _box_start(text, i)
-        if j is None: i += 1; continue
+        if j is None:
+            i += 1
+            continue
         k = _matching_brace(text, j)
-        if k is None: return None  # the last box opened never closes: malformed
-        found, i = text[j + 1:k], k + 1
+        if k is None:
+            return None  # the last box opened never closes: malformed
+        found, i = text[j + 1 : k], k + 1
     return found
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #245a5a6a
 def exact_match_reward(
-    completion:str, # model output; anything that is not a string scores 0
-    answer, # ground truth (str or int), e.g. '14'
-) -> float: # 1.0 or 0.0
-    "Eq. (4): 1.0 if the boxed answer equals `answer` as a string (surrounding whitespace ignored), else 0.0."
+    completion: str,  # model output; anything that is not a string scores 0
+    answer,  # ground truth (str or int), e.g. '14'
+) -> float:  # 1.0 or 0.0
+    """Eq. (4): 1.0 if the boxed answer equals `answer` as a string (surrounding whitespace
+    ignored),
+    else 0.0."""
     got = extract_boxed(completion)
     return float(got is not None and got.strip() == str(answer).strip())
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #e3d7df8b
 def math_reward(
-    completion:str, # model output; its last box is the prediction
-    answer:str, # ground truth LaTeX, with or without `\boxed{}`
-    timeout_s:int|None=5, # per parse/verify call; ignored (no timeout) off the main thread
-) -> float: # 1.0 or 0.0
-    "1.0 if the boxed answer is mathematically equivalent to `answer` (via math-verify), else 0.0; never raises."
+    completion: str,  # model output; its last box is the prediction
+    answer: str,  # ground truth LaTeX, with or without `\boxed{}`
+    timeout_s: int | None = 5,  # per parse/verify call; ignored (no timeout) off the main thread
+) -> float:  # 1.0 or 0.0
+    """1.0 if the boxed answer is mathematically equivalent to `answer` (via math-verify), else 0.0;
+    never raises."""
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
+
     gold = extract_boxed(str(answer))
     gold = str(answer) if gold is None else gold
-    if not gold.strip(): raise ValueError(f"empty ground-truth answer {answer!r}")
+    if not gold.strip():
+        raise ValueError(f"empty ground-truth answer {answer!r}")
     pred = extract_boxed(completion)
-    if pred is None or not pred.strip(): return 0.0
+    if pred is None or not pred.strip():
+        return 0.0
     t = timeout_s if threading.current_thread() is threading.main_thread() else None
     try:
-        g, p = parse('\\boxed{' + gold + '}', parsing_timeout=t), parse('\\boxed{' + pred + '}', parsing_timeout=t)
+        g, p = (
+            parse('\\boxed{' + gold + '}', parsing_timeout=t),
+            parse('\\boxed{' + pred + '}', parsing_timeout=t),
+        )
         return float(bool(g) and bool(p) and verify(g, p, timeout_seconds=t))
-    except (Exception, TimeoutException): return 0.0
+    except (Exception, TimeoutException):
+        return 0.0
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #6dca8a1a
 def pass_at_k(
-    n:int, # samples drawn for the problem
-    c:int, # how many of them are correct, 0 <= c <= n
-    k:int, # budget, 1 <= k <= n
-) -> float: # unbiased estimate of P(at least one of k samples is correct)
+    n: int,  # samples drawn for the problem
+    c: int,  # how many of them are correct, 0 <= c <= n
+    k: int,  # budget, 1 <= k <= n
+) -> float:  # unbiased estimate of P(at least one of k samples is correct)
     "Eq. (5): the unbiased pass@k estimator, 1 - C(n-c, k) / C(n, k), in its stable product form."
-    try: n, c, k = operator.index(n), operator.index(c), operator.index(k)
-    except TypeError: raise TypeError(f"n, c, k must be ints, got {type(n).__name__}, {type(c).__name__}, {type(k).__name__}") from None
-    if not 0 <= c <= n: raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
-    if not 1 <= k <= n: raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
-    if n - c < k: return 1.0  # every k-subset contains a correct sample
+    try:
+        n, c, k = operator.index(n), operator.index(c), operator.index(k)
+    except TypeError:
+        raise TypeError(
+            f"n, c, k must be ints, got {type(n).__name__}, {type(c).__name__}, {type(k).__name__}"
+        ) from None
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0  # every k-subset contains a correct sample
     # 1 - prod_{i=n-c+1}^{n} (1 - k/i)
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
@@ -159,23 +208,28 @@ def pass_at_k(
 def _correct_table(correct) -> torch.Tensor:
     "Validate a (P, n) 0/1 table of sample correctness."
     t = torch.as_tensor(correct)
-    if t.ndim != 2 or t.numel() == 0: raise ValueError(f"correct must be a non-empty (problems, samples) table, got shape {tuple(t.shape)}")
-    if t.is_floating_point() and torch.isnan(t).any(): raise ValueError("correct contains NaN")
-    if not ((t == 0) | (t == 1)).all(): raise ValueError("correct must hold only 0/1 (or False/True)")
+    if t.ndim != 2 or t.numel() == 0:
+        raise ValueError(
+            f"correct must be a non-empty (problems, samples) table, got shape {tuple(t.shape)}"
+        )
+    if t.is_floating_point() and torch.isnan(t).any():
+        raise ValueError("correct contains NaN")
+    if not ((t == 0) | (t == 1)).all():
+        raise ValueError("correct must hold only 0/1 (or False/True)")
     return t
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #b016c6f9
 def mean_accuracy(
-    correct, # (P, n) 0/1 per problem and sample
-) -> float: # mean over problems of c/n
+    correct,  # (P, n) 0/1 per problem and sample
+) -> float:  # mean over problems of c/n
     "Mean accuracy (avg@n): the fraction of correct samples, averaged over problems."
     return _correct_table(correct).double().mean().item()
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #f788311b
 def mean_pass_at_k(
-    correct, # (P, n) 0/1 per problem and sample
-    k:int, # budget, 1 <= k <= n
-) -> float: # mean over problems of Eq. (5)
+    correct,  # (P, n) 0/1 per problem and sample
+    k: int,  # budget, 1 <= k <= n
+) -> float:  # mean over problems of Eq. (5)
     "pass@k of Eq. (5) averaged over problems."
     t = _correct_table(correct)
     return sum(pass_at_k(t.shape[1], int(c), k) for c in t.sum(1).tolist()) / t.shape[0]

@@ -4,7 +4,8 @@
 
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #27e1fef8
 from __future__ import annotations
-import random, re
+import random
+import re
 from dataclasses import dataclass
 from functools import partial
 from typing import Callable
@@ -19,156 +20,239 @@ __all__ = ['OPS', 'STEP', 'Countdown', 'parse_problem', 'check_steps', 'parse_st
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #7880c9d6
 OPS = {'+': lambda x, y: x + y, '-': lambda x, y: x - y, '*': lambda x, y: x * y}
 
+
 @dataclass(frozen=True)
 class Countdown:
     "A countdown problem: reach `target` from `numbers` with + - *, each number used at most once."
-    numbers: tuple  # e.g. (3, 5, 8), in the prompt's order
-    target: int     # e.g. 29
-    @property
-    def prompt(self) -> str: return ','.join(map(str, self.numbers)) + ':' + str(self.target) + '='
-    @property
-    def answer(self) -> str: return self.prompt[:-1]  # what the verifier needs: '3,5,8:29'
 
-def parse_problem(answer:str) -> Countdown:
+    numbers: tuple  # e.g. (3, 5, 8), in the prompt's order
+    target: int  # e.g. 29
+
+    @property
+    def prompt(self) -> str:
+        return ','.join(map(str, self.numbers)) + ':' + str(self.target) + '='
+
+    @property
+    def answer(self) -> str:
+        return self.prompt[:-1]  # what the verifier needs: '3,5,8:29'
+
+
+def parse_problem(answer: str) -> Countdown:
     "The problem back from its answer string, e.g. '3,5,8:29'."
-    try: nums, t = answer.split(':'); return Countdown(tuple(int(x) for x in nums.split(',')), int(t))
-    except ValueError: raise ValueError(f"a countdown answer looks like '3,5,8:29', got {answer!r}") from None
+    try:
+        nums, t = answer.split(':')
+        return Countdown(tuple(int(x) for x in nums.split(',')), int(t))
+    except ValueError:
+        raise ValueError(f"a countdown answer looks like '3,5,8:29', got {answer!r}") from None
 
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #6a098ef5
-def _combine(ex:str, op:str, ey:str) -> str:
+def _combine(ex: str, op: str, ey: str) -> str:
     "Canonical expression of one step: the operands of + and * sorted."
-    if op in '+*' and ey < ex: ex, ey = ey, ex
+    if op in '+*' and ey < ex:
+        ex, ey = ey, ex
     return f"({ex}{op}{ey})"
 
-def check_steps(p:Countdown, steps:list) -> str|None:
+
+def check_steps(p: Countdown, steps: list) -> str | None:
     "The strategy (canonical expression) of steps [(x, op, y, r)] if they solve `p`, else None."
     pool = [(n, str(n)) for n in p.numbers]  # (value, expression) still available
     for x, op, y, r in steps:
-        if op not in OPS or OPS[op](x, y) != r or r < 0: return None
+        if op not in OPS or OPS[op](x, y) != r or r < 0:
+            return None
         try:
             ex = pool.pop(next(k for k, (v, _) in enumerate(pool) if v == x))[1]
             ey = pool.pop(next(k for k, (v, _) in enumerate(pool) if v == y))[1]
-        except StopIteration: return None  # an operand that is not available
+        except StopIteration:
+            return None  # an operand that is not available
         pool.append((r, _combine(ex, op, ey)))
     return pool[-1][1] if steps and pool[-1][0] == p.target else None
 
-STEP = re.compile(r'^(\d{1,4})([+\-*])(\d{1,4})=(\d{1,6})$')  # operands up to 4 digits: ample for numbers in 1..9
 
-def parse_steps(text:str) -> list|None:
-    "Steps [(x, op, y, r)] of a response 'x op y=r;...;\\boxed{t}', or None if it is not of that form."
+# operands up to 4 digits: ample for numbers in 1..9
+STEP = re.compile(r'^(\d{1,4})([+\-*])(\d{1,4})=(\d{1,6})$')
+
+
+def parse_steps(text: str) -> list | None:
+    """Steps [(x, op, y, r)] of a response 'x op y=r;...;\\boxed{t}', or None if it is not of that
+    form."""
     parts = text.strip().split(';')
-    if len(parts) < 2 or extract_boxed(parts[-1]) is None: return None
+    if len(parts) < 2 or extract_boxed(parts[-1]) is None:
+        return None
     ms = [STEP.match(s) for s in parts[:-1]]
     return [(int(m[1]), m[2], int(m[3]), int(m[4])) for m in ms] if all(ms) else None
 
-def countdown_strategy(text:str, answer:str) -> str|None:
+
+def countdown_strategy(text: str, answer: str) -> str | None:
     "The strategy of a correct response, None for a wrong one."
     p, steps = parse_problem(answer), parse_steps(text)
-    if steps is None or extract_boxed(text) != str(p.target): return None
+    if steps is None or extract_boxed(text) != str(p.target):
+        return None
     return check_steps(p, steps)
 
-def countdown_reward(text:str, answer:str) -> float:
+
+def countdown_reward(text: str, answer: str) -> float:
     "1 if the response solves the problem (valid steps, boxed target), else 0."
     return float(countdown_strategy(text, answer) is not None)
 
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #359d0113
-def solutions(p:Countdown) -> dict:
-    "Every strategy of `p`: {canonical expression: one step list [(x, op, y, r)]} (non-negative intermediate results)."
+def solutions(p: Countdown) -> dict:
+    """Every strategy of `p`: {canonical expression: one step list [(x, op, y, r)]} (non-negative
+    intermediate results)."""
     out = {}
+
     def go(pool, steps):
         for i in range(len(pool)):
             for j in range(len(pool)):
                 for op in '+-*' if i != j else '':
                     r = OPS[op](pool[i][0], pool[j][0])
-                    if r < 0: continue
-                    new = [q for k, q in enumerate(pool) if k not in (i, j)] + [(r, _combine(pool[i][1], op, pool[j][1]))]
+                    if r < 0:
+                        continue
+                    new = [q for k, q in enumerate(pool) if k not in (i, j)] + [
+                        (r, _combine(pool[i][1], op, pool[j][1]))
+                    ]
                     st = steps + [(pool[i][0], op, pool[j][0], r)]
-                    if r == p.target: out.setdefault(new[-1][1], st)
+                    if r == p.target:
+                        out.setdefault(new[-1][1], st)
                     go(new, st)
+
     go([(n, str(n)) for n in p.numbers], [])
     return out
 
-def left_to_right(nums:tuple) -> list:
+
+def left_to_right(nums: tuple) -> list:
     "Every two-step step list (a op b) op c over `nums` in order, non-negative results."
     a, b, c = nums
-    return [[(a, o1, b, OPS[o1](a, b)), (OPS[o1](a, b), o2, c, OPS[o2](OPS[o1](a, b), c))]
-            for o1 in '+-*' for o2 in '+-*' if OPS[o1](a, b) >= 0 and OPS[o2](OPS[o1](a, b), c) >= 0]
+    return [
+        [(a, o1, b, OPS[o1](a, b)), (OPS[o1](a, b), o2, c, OPS[o2](OPS[o1](a, b), c))]
+        for o1 in '+-*'
+        for o2 in '+-*'
+        if OPS[o1](a, b) >= 0 and OPS[o2](OPS[o1](a, b), c) >= 0
+    ]
 
-def solution_text(steps:list) -> str:
+
+def solution_text(steps: list) -> str:
     "The scratchpad of a step list, answer boxed."
-    return ';'.join(f"{x}{op}{y}={r}" for x, op, y, r in steps) + ';\\boxed{' + str(steps[-1][3]) + '}'
+    return (
+        ';'.join(f"{x}{op}{y}={r}" for x, op, y, r in steps) + ';\\boxed{' + str(steps[-1][3]) + '}'
+    )
 
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #eee5c60d
-def reachable(nums:tuple) -> set:
+def reachable(nums: tuple) -> set:
     "Every non-negative value some strategy reaches from `nums`."
     vals = set()
+
     def go(pool):
         for i in range(len(pool)):
             for j in range(len(pool)):
                 for op in '+-*' if i != j else '':
                     r = OPS[op](pool[i], pool[j])
-                    if r >= 0: vals.add(r); go([q for k, q in enumerate(pool) if k not in (i, j)] + [r])
-    go(list(nums)); return vals
+                    if r >= 0:
+                        vals.add(r)
+                        go([q for k, q in enumerate(pool) if k not in (i, j)] + [r])
 
-def countdown_problem(rng:random.Random, max_number:int=9, max_target:int=99, p_any:float=0.5) -> Countdown:
-    "Three numbers in 1..max_number and a target in 1..max_target (not a given number): any reachable value with probability p_any, else a left-to-right one."
+    go(list(nums))
+    return vals
+
+
+def countdown_problem(
+    rng: random.Random, max_number: int = 9, max_target: int = 99, p_any: float = 0.5
+) -> Countdown:
+    """Three numbers in 1..max_number and a target in 1..max_target (not a given number): any
+    reachable value with probability p_any, else a left-to-right one."""
     while True:
         nums = tuple(rng.randint(1, max_number) for _ in range(3))
-        vals = reachable(nums) if rng.random() < p_any else {st[-1][3] for st in left_to_right(nums)}
+        vals = (
+            reachable(nums) if rng.random() < p_any else {st[-1][3] for st in left_to_right(nums)}
+        )
         vals = sorted(v for v in vals if 1 <= v <= max_target and v not in nums)
-        if vals: return Countdown(nums, rng.choice(vals))
+        if vals:
+            return Countdown(nums, rng.choice(vals))
 
-def countdown_task(n:int, # number of problems
-                   split:str='train', # 'train' or 'test' (held-out)
-                   seed:int=0, max_number:int=9, p_any:float=0.5,
-                   heldout_frac:float=0.1, # share of all prompts that is held out
-                  ) -> list:
+
+def countdown_task(
+    n: int,  # number of problems
+    split: str = 'train',  # 'train' or 'test' (held-out)
+    seed: int = 0,
+    max_number: int = 9,
+    p_any: float = 0.5,
+    heldout_frac: float = 0.1,  # share of all prompts that is held out
+) -> list:
     "`n` countdown problems of one split (duplicates allowed)."
-    if split not in ('train', 'test'): raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    if not 0 < heldout_frac < 1: raise ValueError(f"heldout_frac must be in (0, 1), got {heldout_frac}")
+    if split not in ('train', 'test'):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if not 0 < heldout_frac < 1:
+        raise ValueError(f"heldout_frac must be in (0, 1), got {heldout_frac}")
     rng, out = random.Random(f"countdown-{seed}-{split}"), []
     while len(out) < n:
         q = countdown_problem(rng, max_number, p_any=p_any)
-        if is_heldout(q.prompt, heldout_frac) == (split == 'test'): out.append(q)
+        if is_heldout(q.prompt, heldout_frac) == (split == 'test'):
+            out.append(q)
     return out
 
-def countdown_demo(p:Countdown, rng:random.Random, p_other:float=0.2) -> str|None:
-    "A warm-start demonstration: a random strategy of any form with probability p_other, else a random left-to-right solution (None if there is none)."
-    if rng.random() < p_other: return solution_text(rng.choice(list(solutions(p).values())))
+
+def countdown_demo(p: Countdown, rng: random.Random, p_other: float = 0.2) -> str | None:
+    """A warm-start demonstration: a random strategy of any form with probability p_other, else a
+    random left-to-right solution (None if there is none)."""
+    if rng.random() < p_other:
+        return solution_text(rng.choice(list(solutions(p).values())))
     l2r = [st for st in left_to_right(p.numbers) if st[-1][3] == p.target]
     return solution_text(rng.choice(l2r)) if l2r else None
 
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #19263970
-def sum_strategy(text:str, answer:str) -> str|None:
-    "The order of additions of an addition-task response whose boxed answer is right ('2,7,5'), None otherwise (the task's reward checks only the answer, so the steps' sums are not checked here either)."
+def sum_strategy(text: str, answer: str) -> str | None:
+    """The order of additions of an addition-task response whose boxed answer is right ('2,7,5'),
+    None
+    otherwise (the task's reward checks only the answer, so the steps' sums are not checked here
+    either)."""
     steps = parse_steps(text)
-    if not steps or exact_match_reward(text, answer) != 1.: return None
+    if not steps or exact_match_reward(text, answer) != 1.0:
+        return None
     order = [steps[0][0], steps[0][2]] + [y for _, _, y, _ in steps[1:]]
     return ','.join(map(str, sorted(order[:2]) + order[2:]))
+
 
 @dataclass(frozen=True)
 class Task:
     "A built-in task: what the trainer needs from it."
+
     name: str
     problems: Callable  # (n, split, seed) -> problems, each with .prompt and .answer
-    demo: Callable      # (problem, rng) -> SFT text, or None (no demonstration for this problem)
-    reward: Callable    # (response text, answer) -> float
-    strategy: Callable  # (response text, answer) -> strategy str of a correct response, None otherwise
+    demo: Callable  # (problem, rng) -> SFT text, or None (no demonstration for this problem)
+    reward: Callable  # (response text, answer) -> float
+    # (response text, answer) -> strategy str of a correct response, None otherwise
+    strategy: Callable
 
-def sum_demo(p, rng:random.Random, p_shuffle:float=0.25) -> str:
+
+def sum_demo(p, rng: random.Random, p_shuffle: float = 0.25) -> str:
     "An addition-task demonstration: left to right, or in random order with probability p_shuffle."
     order = list(range(len(p.terms)))
-    if rng.random() < p_shuffle: rng.shuffle(order)
+    if rng.random() < p_shuffle:
+        rng.shuffle(order)
     return sum_solution(p, order)
 
-def builtin_task(name:str, **knobs) -> Task:
+
+def builtin_task(name: str, **knobs) -> Task:
     "'sum' (knobs n_terms, max_value, p_shuffle) or 'countdown' (knobs max_number, p_any, p_other)."
     if name == 'sum':
         kw = {k: knobs.pop(k) for k in ('n_terms', 'max_value') if k in knobs}
-        t = Task('sum', partial(sum_task, **kw), partial(sum_demo, **{k: knobs.pop(k) for k in ('p_shuffle',) if k in knobs}), exact_match_reward, sum_strategy)
+        t = Task(
+            'sum',
+            partial(sum_task, **kw),
+            partial(sum_demo, **{k: knobs.pop(k) for k in ('p_shuffle',) if k in knobs}),
+            exact_match_reward,
+            sum_strategy,
+        )
     elif name == 'countdown':
         kw = {k: knobs.pop(k) for k in ('max_number', 'p_any') if k in knobs}
-        t = Task('countdown', partial(countdown_task, **kw), partial(countdown_demo, **{k: knobs.pop(k) for k in ('p_other',) if k in knobs}), countdown_reward, countdown_strategy)
-    else: raise ValueError(f"unknown task {name!r}: use 'sum' or 'countdown'")
-    if knobs: raise ValueError(f"unknown knobs for task {name!r}: {sorted(knobs)}")
+        t = Task(
+            'countdown',
+            partial(countdown_task, **kw),
+            partial(countdown_demo, **{k: knobs.pop(k) for k in ('p_other',) if k in knobs}),
+            countdown_reward,
+            countdown_strategy,
+        )
+    else:
+        raise ValueError(f"unknown task {name!r}: use 'sum' or 'countdown'")
+    if knobs:
+        raise ValueError(f"unknown knobs for task {name!r}: {sorted(knobs)}")
     return t

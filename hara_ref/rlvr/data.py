@@ -4,7 +4,8 @@
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #b0188ce5
 from __future__ import annotations
-import random, hashlib
+import random
+import hashlib
 from dataclasses import dataclass
 import torch
 
@@ -16,103 +17,136 @@ __all__ = ['PlantedRollouts', 'stage_order', 'planted_stage_rollouts', 'Problem'
 @dataclass
 class PlantedRollouts:
     "A group of synthetic rollouts with known stages."
-    hidden: torch.Tensor   # (K, T, d) hidden states, zero on padding
-    mask: torch.Tensor     # (K, T) bool, True on real tokens
-    stages: torch.Tensor   # (K, T) long stage label per token, -1 on padding, `n_stages` for the novel stage
+
+    hidden: torch.Tensor  # (K, T, d) hidden states, zero on padding
+    mask: torch.Tensor  # (K, T) bool, True on real tokens
+    # (K, T) long stage label per token, -1 on padding, `n_stages` for the novel stage
+    stages: torch.Tensor
     centers: torch.Tensor  # (S, d) stage centres (unit norm)
     novel_center: torch.Tensor  # (d,) centre of the substituted stage
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #eae97536
 def stage_order(
-    n_stages:int, # S, number of stages
-    rng:random.Random, # random source
-    p_skip:float=0., p_repeat:float=0., p_swap:float=0., # perturbation probabilities (middle stages only)
+    n_stages: int,  # S, number of stages
+    rng: random.Random,  # random source
+    p_skip: float = 0.0,  # probability that a middle stage is skipped
+    p_repeat: float = 0.0,  # probability that a middle stage is visited twice
+    p_swap: float = 0.0,  # probability that neighbouring middle stages swap
 ) -> list[int]:
-    "The sequence of stages one rollout visits: 0..S-1 with skipped, repeated and swapped middle stages."
+    """The sequence of stages one rollout visits: 0..S-1 with skipped, repeated and swapped middle
+    stages."""
     mid = list(range(1, n_stages - 1))
     for j in range(len(mid) - 1):
-        if rng.random() < p_swap: mid[j], mid[j + 1] = mid[j + 1], mid[j]
+        if rng.random() < p_swap:
+            mid[j], mid[j + 1] = mid[j + 1], mid[j]
     order = [0]
     for s in mid:
-        if rng.random() < p_skip: continue
+        if rng.random() < p_skip:
+            continue
         order += [s, s] if rng.random() < p_repeat else [s]
     return order + [n_stages - 1] if n_stages > 1 else order
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #5f175343
 def planted_stage_rollouts(
-    K:int=8, # rollouts in the group
-    n_stages:int=6, # S, number of planted stages
-    d:int=16, # hidden size
-    stage_len:tuple=(3, 6), # (min, max) tokens per stage visit, inclusive
-    noise:float=0.15, # sigma, norm of the per-token noise
-    p_skip:float=0., p_repeat:float=0., p_swap:float=0., # order perturbations (see above)
-    substitute:tuple|None=None, # (i, k): rollout i's k-th visited stage becomes a novel stage
-    seed:int=0, # everything is a function of the seed
-    dtype=torch.float64, # dtype of `hidden`
+    K: int = 8,  # rollouts in the group
+    n_stages: int = 6,  # S, number of planted stages
+    d: int = 16,  # hidden size
+    stage_len: tuple = (3, 6),  # (min, max) tokens per stage visit, inclusive
+    noise: float = 0.15,  # sigma, norm of the per-token noise
+    p_skip: float = 0.0,  # order perturbations: skip (see `stage_order`)
+    p_repeat: float = 0.0,  # repeat
+    p_swap: float = 0.0,  # swap
+    substitute: tuple | None = None,  # (i, k): rollout i's k-th visited stage becomes a novel stage
+    seed: int = 0,  # everything is a function of the seed
+    dtype=torch.float64,  # dtype of `hidden`
 ) -> PlantedRollouts:
-    "K synthetic rollouts through planted stages: hidden (K, T, d), mask (K, T), stage labels (K, T)."
-    if K < 1 or n_stages < 1 or d < 1: raise ValueError(f"need K, n_stages, d >= 1, got {K}, {n_stages}, {d}")
-    if not 1 <= stage_len[0] <= stage_len[1]: raise ValueError(f"stage_len must be 1 <= min <= max, got {stage_len}")
+    """K synthetic rollouts through planted stages: hidden (K, T, d), mask (K, T), stage labels (K,
+    T)."""
+    if K < 1 or n_stages < 1 or d < 1:
+        raise ValueError(f"need K, n_stages, d >= 1, got {K}, {n_stages}, {d}")
+    if not 1 <= stage_len[0] <= stage_len[1]:
+        raise ValueError(f"stage_len must be 1 <= min <= max, got {stage_len}")
     rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
-    centers = torch.nn.functional.normalize(torch.randn(n_stages + 1, d, generator=g, dtype=torch.float64), dim=-1)  # (S+1, d)
+    # (S+1, d)
+    centers = torch.nn.functional.normalize(
+        torch.randn(n_stages + 1, d, generator=g, dtype=torch.float64), dim=-1
+    )
     rows = []
     for i in range(K):
         order = stage_order(n_stages, rng, p_skip, p_repeat, p_swap)
         if substitute is not None and substitute[0] == i:
-            if not 0 <= substitute[1] < len(order): raise ValueError(f"substitute stage index {substitute[1]} outside 0..{len(order)-1}")
+            if not 0 <= substitute[1] < len(order):
+                raise ValueError(
+                    f"substitute stage index {substitute[1]} outside 0..{len(order) - 1}"
+                )
             order[substitute[1]] = n_stages
         rows.append(torch.tensor([s for s in order for _ in range(rng.randint(*stage_len))]))
     T = max(len(r) for r in rows)
     stages = torch.full((K, T), -1, dtype=torch.long)  # (K, T)
-    for i, r in enumerate(rows): stages[i, :len(r)] = r
+    for i, r in enumerate(rows):
+        stages[i, : len(r)] = r
     mask = stages >= 0  # (K, T)
-    xi = torch.randn(K, T, d, generator=g, dtype=torch.float64) / d ** 0.5  # (K, T, d)
+    xi = torch.randn(K, T, d, generator=g, dtype=torch.float64) / d**0.5  # (K, T, d)
     hidden = (centers[stages.clamp(min=0)] + noise * xi) * mask[..., None]  # (K, T, d)
-    return PlantedRollouts(hidden.to(dtype), mask, stages, centers[:n_stages].to(dtype), centers[n_stages].to(dtype))
+    return PlantedRollouts(
+        hidden.to(dtype), mask, stages, centers[:n_stages].to(dtype), centers[n_stages].to(dtype)
+    )
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #7bcf9f36
 @dataclass(frozen=True)
 class Problem:
     "One problem of the built-in task."
-    prompt: str   # e.g. '7+2+5='
-    answer: str   # e.g. '14'
+
+    prompt: str  # e.g. '7+2+5='
+    answer: str  # e.g. '14'
     terms: tuple  # e.g. (7, 2, 5)
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #fef160df
-def sum_problem(rng:random.Random, n_terms:int=3, max_value:int=9) -> Problem:
+def sum_problem(rng: random.Random, n_terms: int = 3, max_value: int = 9) -> Problem:
     "A random addition problem with `n_terms` terms in 0..max_value."
-    if n_terms < 2: raise ValueError(f"n_terms must be >= 2, got {n_terms}")
+    if n_terms < 2:
+        raise ValueError(f"n_terms must be >= 2, got {n_terms}")
     terms = tuple(rng.randint(0, max_value) for _ in range(n_terms))
     return Problem('+'.join(map(str, terms)) + '=', str(sum(terms)), terms)
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #c719aebb
-def sum_solution(p:Problem, order:list|None=None) -> str:
-    "A scratchpad solution adding the terms in `order` (indices; default left to right), answer boxed."
+def sum_solution(p: Problem, order: list | None = None) -> str:
+    """A scratchpad solution adding the terms in `order` (indices; default left to right), answer
+    boxed."""
     order = list(range(len(p.terms))) if order is None else list(order)
-    if sorted(order) != list(range(len(p.terms))): raise ValueError(f"order must permute 0..{len(p.terms)-1}, got {order}")
+    if sorted(order) != list(range(len(p.terms))):
+        raise ValueError(f"order must permute 0..{len(p.terms) - 1}, got {order}")
     acc, steps = p.terms[order[0]], []
     for j in order[1:]:
-        steps.append(f"{acc}+{p.terms[j]}={acc + p.terms[j]}"); acc += p.terms[j]
+        steps.append(f"{acc}+{p.terms[j]}={acc + p.terms[j]}")
+        acc += p.terms[j]
     return ';'.join(steps) + ';\\boxed{' + str(acc) + '}'
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #b881da11
-def is_heldout(prompt:str, frac:float=0.1) -> bool:
-    "Whether a prompt belongs to the held-out split (a stable hash of the prompt, not Python's salted `hash`)."
+def is_heldout(prompt: str, frac: float = 0.1) -> bool:
+    """Whether a prompt belongs to the held-out split (a stable hash of the prompt, not Python's
+    salted `hash`)."""
     return int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16) / 16**8 < frac
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #0bea2132
 def sum_task(
-    n:int, # number of problems
-    split:str='train', # 'train' or 'test' (held-out)
-    seed:int=0, # random seed
-    n_terms:int=3, max_value:int=9, # difficulty knobs
-    heldout_frac:float=0.1, # share of all prompts that is held out
+    n: int,  # number of problems
+    split: str = 'train',  # 'train' or 'test' (held-out)
+    seed: int = 0,  # random seed
+    n_terms: int = 3,  # numbers to add
+    max_value: int = 9,  # largest number
+    heldout_frac: float = 0.1,  # share of all prompts that is held out
 ) -> list[Problem]:
     "`n` problems of the built-in task from one split (duplicates allowed: the space is finite)."
-    if split not in ('train', 'test'): raise ValueError(f"split must be 'train' or 'test', got {split!r}")
+    if split not in ('train', 'test'):
+        raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     rng, out = random.Random(f"{seed}-{split}"), []
     for _ in range(1000 * n + 1000):
-        if len(out) == n: return out
+        if len(out) == n:
+            return out
         p = sum_problem(rng, n_terms, max_value)
-        if is_heldout(p.prompt, heldout_frac) == (split == 'test'): out.append(p)
-    raise ValueError(f"could not draw {n} {split} problems (is heldout_frac={heldout_frac} 0 or 1?)")
+        if is_heldout(p.prompt, heldout_frac) == (split == 'test'):
+            out.append(p)
+    raise ValueError(
+        f"could not draw {n} {split} problems (is heldout_frac={heldout_frac} 0 or 1?)"
+    )

@@ -12,238 +12,351 @@ __all__ = ['AGG_MODES', 'masked_mean', 'group_stats', 'group_advantages', 'trl_a
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #c4c3e2f8
 def masked_mean(
-    x:torch.Tensor, # (..., T) values
-    mask:torch.Tensor, # same shape as x, bool or 0/1
-    dim:int|None=None, # reduce over all entries (None) or one dimension
-) -> torch.Tensor: # scalar, or x reduced over `dim` (0 where a slice has no True)
+    x: torch.Tensor,  # (..., T) values
+    mask: torch.Tensor,  # same shape as x, bool or 0/1
+    dim: int | None = None,  # reduce over all entries (None) or one dimension
+) -> torch.Tensor:  # scalar, or x reduced over `dim` (0 where a slice has no True)
     "Eq. (1): the mean of `x` over the entries where `mask` is True."
-    if mask.shape != x.shape: raise ValueError(f"mask {tuple(mask.shape)} and x {tuple(x.shape)} differ in shape")
+    if mask.shape != x.shape:
+        raise ValueError(f"mask {tuple(mask.shape)} and x {tuple(x.shape)} differ in shape")
     m = mask.bool()
     xs = torch.where(m, x, torch.zeros_like(x))
     if dim is None:
         n = m.sum()
-        if n == 0: raise ValueError("mask is empty: no entry to average")
+        if n == 0:
+            raise ValueError("mask is empty: no entry to average")
         return xs.sum() / n
     return xs.sum(dim) / m.sum(dim).clamp(min=1).to(x.dtype)
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #410ff150
-def _group_index(group_ids, B:int, device) -> tuple[torch.Tensor, int]:
+def _group_index(group_ids, B: int, device) -> tuple[torch.Tensor, int]:
     "Map arbitrary group ids to 0..n_groups-1: (index (B,), n_groups)."
     if isinstance(group_ids, torch.Tensor):
         if group_ids.ndim != 1 or group_ids.shape[0] != B:
             raise ValueError(f"group_ids must be ({B},) like rewards, got {tuple(group_ids.shape)}")
-        if group_ids.is_floating_point(): raise TypeError("group_ids must be integer ids (or a list of hashable ids), not floats")
+        if group_ids.is_floating_point():
+            raise TypeError("group_ids must be integer ids (or a list of hashable ids), not floats")
         uniq, idx = torch.unique(group_ids, return_inverse=True)
         return idx.to(device), len(uniq)
     ids = list(group_ids)
-    if len(ids) != B: raise ValueError(f"group_ids has {len(ids)} entries for {B} rewards")
+    if len(ids) != B:
+        raise ValueError(f"group_ids has {len(ids)} entries for {B} rewards")
     first = {}
     idx = [first.setdefault(g, len(first)) for g in ids]
     return torch.tensor(idx, dtype=torch.long, device=device), len(first)
 
+
 def _check_rewards(rewards) -> torch.Tensor:
     "Rewards as a finite, non-empty, 1-D float tensor."
     r = torch.as_tensor(rewards)
-    if not r.is_floating_point(): r = r.to(torch.get_default_dtype())
-    if r.ndim != 1 or r.numel() == 0: raise ValueError(f"rewards must be a non-empty 1-D tensor (B,), got shape {tuple(r.shape)}")
-    if torch.isnan(r).any(): raise ValueError("rewards contain NaN")
-    if torch.isinf(r).any(): raise ValueError("rewards contain inf")
+    if not r.is_floating_point():
+        r = r.to(torch.get_default_dtype())
+    if r.ndim != 1 or r.numel() == 0:
+        raise ValueError(f"rewards must be a non-empty 1-D tensor (B,), got shape {tuple(r.shape)}")
+    if torch.isnan(r).any():
+        raise ValueError("rewards contain NaN")
+    if torch.isinf(r).any():
+        raise ValueError("rewards contain inf")
     return r
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #5f1fc872
 def group_stats(
-    rewards, # (B,) rewards
-    group_ids, # (B,) group of each rollout: int tensor or list of hashable ids
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: # mean (B,), unbiased std (B,), group size (B,), per rollout
-    "Eq. (2): each rollout's group mean, unbiased group std (NaN for a group of one) and group size."
+    rewards,  # (B,) rewards
+    group_ids,  # (B,) group of each rollout: int tensor or list of hashable ids
+    # mean (B,), unbiased std (B,), group size (B,), per rollout
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq. (2): each rollout's group mean, unbiased group std (NaN for a group of one) and group
+    size."""
     r = _check_rewards(rewards)
     idx, n = _group_index(group_ids, r.shape[0], r.device)  # (B,)
-    cnt = torch.zeros(n, dtype=r.dtype, device=r.device).index_add_(0, idx, torch.ones_like(r))  # (n,)
+    # (n,)
+    cnt = torch.zeros(n, dtype=r.dtype, device=r.device).index_add_(0, idx, torch.ones_like(r))
     mean = torch.zeros(n, dtype=r.dtype, device=r.device).index_add_(0, idx, r) / cnt  # (n,)
     dev = r - mean[idx]  # (B,) two-pass: stable for large rewards
-    var = torch.zeros(n, dtype=r.dtype, device=r.device).index_add_(0, idx, dev * dev) / (cnt - 1)  # (n,) NaN if cnt = 1
+    # (n,) NaN if cnt = 1
+    var = torch.zeros(n, dtype=r.dtype, device=r.device).index_add_(0, idx, dev * dev) / (cnt - 1)
     return mean[idx], var.sqrt()[idx], cnt[idx]
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #194707a1
 def group_advantages(
-    rewards, # (B,) rewards, finite
-    group_ids, # (B,) group of each rollout: int tensor or list of hashable ids
-    method:str='grpo', # 'grpo' | 'drgrpo' | 'rloo', Eq. (3)
-    eps:float=1e-6, # delta added to the std (GRPO only); TRL 1e-4, verl 1e-6
-    scale:str='group', # GRPO's std: 'group' | 'batch' | 'none' ('none' is Dr.GRPO)
-    singleton:str='zero', # groups of one: 'zero' | 'verl' | 'raise'
-) -> torch.Tensor: # (B,) advantages, same dtype as rewards
+    rewards,  # (B,) rewards, finite
+    group_ids,  # (B,) group of each rollout: int tensor or list of hashable ids
+    method: str = 'grpo',  # 'grpo' | 'drgrpo' | 'rloo', Eq. (3)
+    eps: float = 1e-6,  # delta added to the std (GRPO only); TRL 1e-4, verl 1e-6
+    scale: str = 'group',  # GRPO's std: 'group' | 'batch' | 'none' ('none' is Dr.GRPO)
+    singleton: str = 'zero',  # groups of one: 'zero' | 'verl' | 'raise'
+) -> torch.Tensor:  # (B,) advantages, same dtype as rewards
     "Eq. (3): group-relative advantages of GRPO, Dr.GRPO or RLOO."
-    if method not in ('grpo', 'drgrpo', 'rloo'): raise ValueError(f"method must be 'grpo', 'drgrpo' or 'rloo', got {method!r}")
-    if scale not in ('group', 'batch', 'none'): raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
-    if singleton not in ('zero', 'verl', 'raise'): raise ValueError(f"singleton must be 'zero', 'verl' or 'raise', got {singleton!r}")
-    if eps < 0: raise ValueError(f"eps must be >= 0, got {eps}")
+    if method not in ('grpo', 'drgrpo', 'rloo'):
+        raise ValueError(f"method must be 'grpo', 'drgrpo' or 'rloo', got {method!r}")
+    if scale not in ('group', 'batch', 'none'):
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    if singleton not in ('zero', 'verl', 'raise'):
+        raise ValueError(f"singleton must be 'zero', 'verl' or 'raise', got {singleton!r}")
+    if eps < 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
     r = _check_rewards(rewards)
     mean, std, cnt = group_stats(r, group_ids)  # (B,) each
     one = cnt == 1  # (B,)
-    if singleton == 'raise' and one.any(): raise ValueError(f"groups of size 1 at rollouts {one.nonzero().flatten().tolist()}: group advantages need G >= 2")
-    if singleton == 'verl': mean, std = torch.where(one, 0., mean), torch.where(one, 1., std)
-    if method == 'rloo': return torch.where(one, r - mean, (r - mean) * cnt / (cnt - 1).clamp(min=1))
-    if method == 'drgrpo' or scale == 'none': return r - mean
-    if scale == 'batch': std = r.std() if r.numel() > 1 else torch.zeros_like(r[0])
-    den = torch.nan_to_num(std, nan=0.) + eps  # (B,) std_g + delta; NaN (group of one, 'zero') -> delta
+    if singleton == 'raise' and one.any():
+        raise ValueError(
+            f"groups of size 1 at rollouts {one.nonzero().flatten().tolist()}: group advantages "
+            "need G >= 2"
+        )
+    if singleton == 'verl':
+        mean, std = torch.where(one, 0.0, mean), torch.where(one, 1.0, std)
+    if method == 'rloo':
+        return torch.where(one, r - mean, (r - mean) * cnt / (cnt - 1).clamp(min=1))
+    if method == 'drgrpo' or scale == 'none':
+        return r - mean
+    if scale == 'batch':
+        std = r.std() if r.numel() > 1 else torch.zeros_like(r[0])
+    # (B,) std_g + delta; NaN (group of one, 'zero') -> delta
+    den = torch.nan_to_num(std, nan=0.0) + eps
     # (r_i - mean_g) / (std_g + delta); a group with no spread gets 0 even when delta = 0
-    return torch.where(den > 0, (r - mean) / torch.where(den > 0, den, 1.), 0.)
+    return torch.where(den > 0, (r - mean) / torch.where(den > 0, den, 1.0), 0.0)
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #5d799811
 def trl_advantages(
-    rewards, # (B,) rewards
-    group_ids, # (B,) group ids
-    scale_rewards:str='group', # TRL GRPOConfig.scale_rewards: 'group' | 'batch' | 'none'
-) -> torch.Tensor: # (B,)
+    rewards,  # (B,) rewards
+    group_ids,  # (B,) group ids
+    scale_rewards: str = 'group',  # TRL GRPOConfig.scale_rewards: 'group' | 'batch' | 'none'
+) -> torch.Tensor:  # (B,)
     "TRL `GRPOTrainer`'s advantages: unbiased std, delta = 1e-4, a group of one gets 0."
-    if scale_rewards is True: scale_rewards = 'group'  # older TRL: bool
-    if scale_rewards is False: scale_rewards = 'none'
-    return group_advantages(rewards, group_ids, 'grpo', eps=1e-4, scale=scale_rewards, singleton='zero')
+    if scale_rewards is True:
+        scale_rewards = 'group'  # older TRL: bool
+    if scale_rewards is False:
+        scale_rewards = 'none'
+    return group_advantages(
+        rewards, group_ids, 'grpo', eps=1e-4, scale=scale_rewards, singleton='zero'
+    )
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #123128c8
 def verl_advantages(
-    rewards, # (B,) rewards
-    group_ids, # (B,) prompt ids (verl's `index`)
-    norm_adv_by_std_in_grpo:bool=True, # False: Dr.GRPO
-    epsilon:float=1e-6, # verl's default
-    adv_estimator:str='grpo', # 'grpo' or 'rloo'
-) -> torch.Tensor: # (B,)
-    "verl's `compute_grpo_outcome_advantage` / `compute_rloo_outcome_advantage`: unbiased std, delta = 1e-6, a group of one has mean 0, std 1."
-    if adv_estimator == 'rloo': return group_advantages(rewards, group_ids, 'rloo', singleton='verl')
-    if adv_estimator != 'grpo': raise ValueError(f"adv_estimator must be 'grpo' or 'rloo', got {adv_estimator!r}")
-    return group_advantages(rewards, group_ids, 'grpo', eps=epsilon, scale='group' if norm_adv_by_std_in_grpo else 'none', singleton='verl')
+    rewards,  # (B,) rewards
+    group_ids,  # (B,) prompt ids (verl's `index`)
+    norm_adv_by_std_in_grpo: bool = True,  # False: Dr.GRPO
+    epsilon: float = 1e-6,  # verl's default
+    adv_estimator: str = 'grpo',  # 'grpo' or 'rloo'
+) -> torch.Tensor:  # (B,)
+    """verl's `compute_grpo_outcome_advantage` / `compute_rloo_outcome_advantage`: unbiased std,
+    delta
+    = 1e-6, a group of one has mean 0, std 1."""
+    if adv_estimator == 'rloo':
+        return group_advantages(rewards, group_ids, 'rloo', singleton='verl')
+    if adv_estimator != 'grpo':
+        raise ValueError(f"adv_estimator must be 'grpo' or 'rloo', got {adv_estimator!r}")
+    return group_advantages(
+        rewards,
+        group_ids,
+        'grpo',
+        eps=epsilon,
+        scale='group' if norm_adv_by_std_in_grpo else 'none',
+        singleton='verl',
+    )
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #8652cff6
 def base_advantages(
-    rewards, # (B,) rewards
-    group_ids, # (B,) group ids
-    method:str='grpo', # 'grpo' | 'drgrpo' | 'dapo' | 'rloo'
-    eps:float=1e-6, # delta for GRPO / DAPO
-) -> torch.Tensor: # (B,) sequence advantages
-    "Sequence advantages of the base method HARA reweights: GRPO, Dr.GRPO, DAPO (= GRPO's advantage) or RLOO."
-    if method not in ('grpo', 'drgrpo', 'dapo', 'rloo'): raise ValueError(f"method must be 'grpo', 'drgrpo', 'dapo' or 'rloo', got {method!r}")
-    return group_advantages(rewards, group_ids, method if method in ('drgrpo', 'rloo') else 'grpo', eps=eps)
+    rewards,  # (B,) rewards
+    group_ids,  # (B,) group ids
+    method: str = 'grpo',  # 'grpo' | 'drgrpo' | 'dapo' | 'rloo'
+    eps: float = 1e-6,  # delta for GRPO / DAPO
+) -> torch.Tensor:  # (B,) sequence advantages
+    """Sequence advantages of the base method HARA reweights: GRPO, Dr.GRPO, DAPO (= GRPO's
+    advantage)
+    or RLOO."""
+    if method not in ('grpo', 'drgrpo', 'dapo', 'rloo'):
+        raise ValueError(f"method must be 'grpo', 'drgrpo', 'dapo' or 'rloo', got {method!r}")
+    return group_advantages(
+        rewards, group_ids, method if method in ('drgrpo', 'rloo') else 'grpo', eps=eps
+    )
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #70c259c1
 def token_advantages(
-    advantages:torch.Tensor, # (B,) sequence advantages
-    mask:torch.Tensor, # (B, T) response mask, bool or 0/1
-) -> torch.Tensor: # (B, T) A_i on response tokens, 0 elsewhere
+    advantages: torch.Tensor,  # (B,) sequence advantages
+    mask: torch.Tensor,  # (B, T) response mask, bool or 0/1
+) -> torch.Tensor:  # (B, T) A_i on response tokens, 0 elsewhere
     "Eq. (4): broadcast each rollout's advantage over its response tokens."
     if advantages.ndim != 1 or mask.ndim != 2 or mask.shape[0] != advantages.shape[0]:
-        raise ValueError(f"need advantages (B,) and mask (B, T), got {tuple(advantages.shape)} and {tuple(mask.shape)}")
-    return torch.where(mask.bool(), advantages[:, None], torch.zeros((), dtype=advantages.dtype, device=advantages.device))  # (B, T)
+        raise ValueError(
+            f"need advantages (B,) and mask (B, T), got {tuple(advantages.shape)} and "
+            f"{tuple(mask.shape)}"
+        )
+    # (B, T)
+    return torch.where(
+        mask.bool(),
+        advantages[:, None],
+        torch.zeros((), dtype=advantages.dtype, device=advantages.device),
+    )
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #8e202396
 def k3_kl(
-    logp:torch.Tensor, # (B, T) log pi_theta of the sampled tokens
-    ref_logp:torch.Tensor, # (B, T) log pi_ref of the same tokens
-    clamp:bool=False, # verl's clamps (u to [-20, 20], k3 to [-10, 10]); TRL: none
-) -> torch.Tensor: # (B, T) k3 >= 0
+    logp: torch.Tensor,  # (B, T) log pi_theta of the sampled tokens
+    ref_logp: torch.Tensor,  # (B, T) log pi_ref of the same tokens
+    clamp: bool = False,  # verl's clamps (u to [-20, 20], k3 to [-10, 10]); TRL: none
+) -> torch.Tensor:  # (B, T) k3 >= 0
     "Eq. (7): the k3 estimator of KL(pi_theta || pi_ref), per token."
-    if logp.shape != ref_logp.shape: raise ValueError(f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} differ in shape")
+    if logp.shape != ref_logp.shape:
+        raise ValueError(
+            f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} differ in shape"
+        )
     u = ref_logp - logp  # log(pi_ref / pi_theta)
-    if clamp: u = u.clamp(-20., 20.)
+    if clamp:
+        u = u.clamp(-20.0, 20.0)
     k3 = torch.exp(u) - u - 1  # e^u - u - 1
-    return k3.clamp(-10., 10.) if clamp else k3
+    return k3.clamp(-10.0, 10.0) if clamp else k3
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #1077da51
 AGG_MODES = ('token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm')
 
+
 def aggregate_loss(
-    loss_mat:torch.Tensor, # (B, T) per-token loss
-    mask:torch.Tensor, # (B, T) response mask, bool or 0/1
-    agg:str='seq-mean-token-mean', # one of AGG_MODES
-    max_len:int|None=None, # L_max for 'seq-mean-token-sum-norm' (default T)
-) -> torch.Tensor: # scalar
-    "Reduce a (B, T) token-loss matrix to a scalar with one of the four normalisers of the table above."
-    if loss_mat.ndim != 2 or mask.shape != loss_mat.shape: raise ValueError(f"need loss_mat and mask of the same (B, T) shape, got {tuple(loss_mat.shape)} and {tuple(mask.shape)}")
-    if agg not in AGG_MODES: raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
+    loss_mat: torch.Tensor,  # (B, T) per-token loss
+    mask: torch.Tensor,  # (B, T) response mask, bool or 0/1
+    agg: str = 'seq-mean-token-mean',  # one of AGG_MODES
+    max_len: int | None = None,  # L_max for 'seq-mean-token-sum-norm' (default T)
+) -> torch.Tensor:  # scalar
+    """Reduce a (B, T) token-loss matrix to a scalar with one of the four normalisers of the table
+    above."""
+    if loss_mat.ndim != 2 or mask.shape != loss_mat.shape:
+        raise ValueError(
+            f"need loss_mat and mask of the same (B, T) shape, got {tuple(loss_mat.shape)} and "
+            f"{tuple(mask.shape)}"
+        )
+    if agg not in AGG_MODES:
+        raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
     m = mask.bool()
-    if not m.any(): raise ValueError("mask is empty: no response token to average")
+    if not m.any():
+        raise ValueError("mask is empty: no response token to average")
     B, T = loss_mat.shape
     tok_sum = torch.where(m, loss_mat, torch.zeros_like(loss_mat)).sum(-1)  # (B,) sum_t m l
-    if agg == 'token-mean': return tok_sum.sum() / m.sum()
-    if agg == 'seq-mean-token-mean': return (tok_sum / m.sum(-1).clamp(min=1)).mean()
-    if agg == 'seq-mean-token-sum': return tok_sum.mean()
+    if agg == 'token-mean':
+        return tok_sum.sum() / m.sum()
+    if agg == 'seq-mean-token-mean':
+        return (tok_sum / m.sum(-1).clamp(min=1)).mean()
+    if agg == 'seq-mean-token-sum':
+        return tok_sum.mean()
     L = T if max_len is None else max_len
-    if L <= 0: raise ValueError(f"max_len must be positive, got {max_len}")
+    if L <= 0:
+        raise ValueError(f"max_len must be positive, got {max_len}")
     return tok_sum.sum() / (B * L)
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #e8ea95ef
 def _ppo_inputs(logp, old_logp, advantages, mask, ref_logp):
     "Validate shapes and NaNs; return inputs zeroed outside the mask and token advantages (B, T)."
-    if logp.ndim != 2: raise ValueError(f"logp must be (B, T), got {tuple(logp.shape)}")
+    if logp.ndim != 2:
+        raise ValueError(f"logp must be (B, T), got {tuple(logp.shape)}")
     for name, t in (('old_logp', old_logp), ('mask', mask), ('ref_logp', ref_logp)):
-        if t is not None and t.shape != logp.shape: raise ValueError(f"{name} {tuple(t.shape)} and logp {tuple(logp.shape)} differ in shape")
-    if advantages.shape not in (logp.shape, logp.shape[:1]): raise ValueError(f"advantages must be (B,) or (B, T) = {tuple(logp.shape)}, got {tuple(advantages.shape)}")
+        if t is not None and t.shape != logp.shape:
+            raise ValueError(
+                f"{name} {tuple(t.shape)} and logp {tuple(logp.shape)} differ in shape"
+            )
+    if advantages.shape not in (logp.shape, logp.shape[:1]):
+        raise ValueError(
+            f"advantages must be (B,) or (B, T) = {tuple(logp.shape)}, got "
+            f"{tuple(advantages.shape)}"
+        )
     m = mask.bool()
-    if not m.any(): raise ValueError("mask is empty: no response token")
-    A = (advantages[:, None].expand_as(logp) if advantages.ndim == 1 else advantages).to(logp.dtype)  # (B, T)
-    z = lambda t: None if t is None else torch.where(m, t, torch.zeros((), dtype=t.dtype, device=t.device))
+    if not m.any():
+        raise ValueError("mask is empty: no response token")
+    # (B, T)
+    A = (advantages[:, None].expand_as(logp) if advantages.ndim == 1 else advantages).to(logp.dtype)
+    z = lambda t: (
+        None if t is None else torch.where(m, t, torch.zeros((), dtype=t.dtype, device=t.device))
+    )
     out = [z(logp), z(old_logp), z(A), z(ref_logp)]
-    if any(torch.isnan(t).any() for t in out if t is not None): raise ValueError("NaN in logp, old_logp, advantages or ref_logp at a response token")
+    if any(torch.isnan(t).any() for t in out if t is not None):
+        raise ValueError("NaN in logp, old_logp, advantages or ref_logp at a response token")
     return m, *out
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #ef315ec7
 def ppo_clip_loss(
-    logp:torch.Tensor, # (B, T) log pi_theta of the sampled tokens (requires grad)
-    old_logp:torch.Tensor, # (B, T) log pi_old of the same tokens (no grad)
-    advantages:torch.Tensor, # (B,) or (B, T) advantages
-    mask:torch.Tensor, # (B, T) response mask
-    clip_eps_low:float=0.2, # epsilon_low; ratio floor 1 - clip_eps_low
-    clip_eps_high:float=0.2, # epsilon_high; DAPO clip-higher uses 0.28
-    dual_clip:float|None=None, # c > 1 caps the loss of A < 0 tokens at -c A (verl: 3.0); None: off
-    ref_logp:torch.Tensor|None=None, # (B, T) log pi_ref, needed when beta > 0
-    beta:float=0.0, # KL coefficient (paper: 0)
-    kl_bias_correction:bool=False, # KL term rho * k3 instead of k3 (TRL's use_bias_correction_kl, on by default in TRL 1.16)
-    agg:str='seq-mean-token-mean', # aggregation, see AGG_MODES
-    max_len:int|None=None, # L_max for 'seq-mean-token-sum-norm'
-) -> tuple[torch.Tensor, dict]: # (scalar loss, statistics)
-    "Eq. (8): PPO-clip token loss (asymmetric clip, optional dual clip, optional k3 KL), aggregated by `agg`."
-    if not (0 <= clip_eps_low < 1 and clip_eps_high >= 0): raise ValueError(f"need 0 <= clip_eps_low < 1 and clip_eps_high >= 0, got {clip_eps_low}, {clip_eps_high}")
-    if dual_clip is not None and dual_clip <= 1: raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
-    if beta < 0 or (beta > 0 and ref_logp is None): raise ValueError(f"beta must be >= 0, and ref_logp is required when beta > 0 (beta={beta})")
+    logp: torch.Tensor,  # (B, T) log pi_theta of the sampled tokens (requires grad)
+    old_logp: torch.Tensor,  # (B, T) log pi_old of the same tokens (no grad)
+    advantages: torch.Tensor,  # (B,) or (B, T) advantages
+    mask: torch.Tensor,  # (B, T) response mask
+    clip_eps_low: float = 0.2,  # epsilon_low; ratio floor 1 - clip_eps_low
+    clip_eps_high: float = 0.2,  # epsilon_high; DAPO clip-higher uses 0.28
+    # c > 1 caps the loss of A < 0 tokens at -c A (verl: 3.0); None: off
+    dual_clip: float | None = None,
+    ref_logp: torch.Tensor | None = None,  # (B, T) log pi_ref, needed when beta > 0
+    beta: float = 0.0,  # KL coefficient (paper: 0)
+    # KL term rho * k3 instead of k3 (TRL's use_bias_correction_kl, on by default in TRL 1.16)
+    kl_bias_correction: bool = False,
+    agg: str = 'seq-mean-token-mean',  # aggregation, see AGG_MODES
+    max_len: int | None = None,  # L_max for 'seq-mean-token-sum-norm'
+) -> tuple[torch.Tensor, dict]:  # (scalar loss, statistics)
+    """Eq. (8): PPO-clip token loss (asymmetric clip, optional dual clip, optional k3 KL),
+    aggregated
+    by `agg`."""
+    if not (0 <= clip_eps_low < 1 and clip_eps_high >= 0):
+        raise ValueError(
+            f"need 0 <= clip_eps_low < 1 and clip_eps_high >= 0, got {clip_eps_low}, "
+            f"{clip_eps_high}"
+        )
+    if dual_clip is not None and dual_clip <= 1:
+        raise ValueError(f"dual_clip must be > 1, got {dual_clip}")
+    if beta < 0 or (beta > 0 and ref_logp is None):
+        raise ValueError(f"beta must be >= 0, and ref_logp is required when beta > 0 (beta={beta})")
     m, lp, old, A, ref = _ppo_inputs(logp, old_logp, advantages, mask, ref_logp)
-    ratio = torch.exp((lp - old).clamp(-20., 20.))  # (B, T) rho
+    ratio = torch.exp((lp - old).clamp(-20.0, 20.0))  # (B, T) rho
     # -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A) = max(-rho A, -clip(rho) A)
     pg = torch.maximum(-A * ratio, -A * ratio.clamp(1 - clip_eps_low, 1 + clip_eps_high))  # (B, T)
-    if dual_clip is not None: pg = torch.where(A < 0, torch.minimum(pg, -A * dual_clip), pg)  # min(l, -c A) for A < 0
-    kl = (k3_kl(lp, ref) * (ratio if kl_bias_correction else 1)) if ref is not None else None  # (B, T) rho k3 or k3
+    # min(l, -c A) for A < 0
+    if dual_clip is not None:
+        pg = torch.where(A < 0, torch.minimum(pg, -A * dual_clip), pg)
+    # (B, T) rho k3 or k3
+    kl = (k3_kl(lp, ref) * (ratio if kl_bias_correction else 1)) if ref is not None else None
     loss_mat = pg + beta * kl if beta > 0 else pg
     loss = aggregate_loss(loss_mat, m, agg, max_len)
     with torch.no_grad():
         mm = lambda t: masked_mean(t.to(lp.dtype), m).item()
         hi, lo = (A > 0) & (ratio > 1 + clip_eps_high), (A < 0) & (ratio < 1 - clip_eps_low)
-        stats = dict(clip_frac=mm(hi | lo), clip_frac_high=mm(hi), clip_frac_low=mm(lo),
-                     dual_clip_frac=mm((A < 0) & (ratio > dual_clip)) if dual_clip is not None else 0.,
-                     ratio_mean=mm(ratio), approx_kl=mm(old - lp), pg_loss=aggregate_loss(pg, m, agg, max_len).item())
-        if kl is not None: stats['kl'] = mm(kl)
+        stats = dict(
+            clip_frac=mm(hi | lo),
+            clip_frac_high=mm(hi),
+            clip_frac_low=mm(lo),
+            dual_clip_frac=mm((A < 0) & (ratio > dual_clip)) if dual_clip is not None else 0.0,
+            ratio_mean=mm(ratio),
+            approx_kl=mm(old - lp),
+            pg_loss=aggregate_loss(pg, m, agg, max_len).item(),
+        )
+        if kl is not None:
+            stats['kl'] = mm(kl)
     return loss, stats
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #dbb72410
 def dynamic_sampling_mask(
-    rewards, # (B,) rewards
-    group_ids, # (B,) group ids
-) -> torch.Tensor: # (B,) bool, True for rollouts of groups whose rewards are not all equal
+    rewards,  # (B,) rewards
+    group_ids,  # (B,) group ids
+) -> torch.Tensor:  # (B,) bool, True for rollouts of groups whose rewards are not all equal
     "DAPO dynamic sampling: keep only groups with at least two distinct rewards."
     r = _check_rewards(rewards)
     idx, n = _group_index(group_ids, r.shape[0], r.device)  # (B,)
-    hi = torch.full((n,), -torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, idx, r, 'amax')  # (n,)
-    lo = torch.full((n,), torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, idx, r, 'amin')  # (n,)
+    # (n,)
+    hi = torch.full((n,), -torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(
+        0, idx, r, 'amax'
+    )
+    # (n,)
+    lo = torch.full((n,), torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(
+        0, idx, r, 'amin'
+    )
     return (hi > lo)[idx]
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #be972631
 def overlong_penalty(
-    lengths, # (B,) response lengths in tokens
-    max_len:int, # L_max
-    cache_len:int, # L_cache, length of the linear ramp, 0 < cache_len <= max_len
-) -> torch.Tensor: # (B,) penalty in [-1, 0]
+    lengths,  # (B,) response lengths in tokens
+    max_len: int,  # L_max
+    cache_len: int,  # L_cache, length of the linear ramp, 0 < cache_len <= max_len
+) -> torch.Tensor:  # (B,) penalty in [-1, 0]
     "Eq. (10): DAPO's soft overlong punishment."
-    if not 0 < cache_len <= max_len: raise ValueError(f"need 0 < cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}")
+    if not 0 < cache_len <= max_len:
+        raise ValueError(
+            f"need 0 < cache_len <= max_len, got cache_len={cache_len}, max_len={max_len}"
+        )
     L = torch.as_tensor(lengths)
-    if L.ndim != 1 or (L < 0).any(): raise ValueError(f"lengths must be (B,) and non-negative, got {L.tolist()}")
+    if L.ndim != 1 or (L < 0).any():
+        raise ValueError(f"lengths must be (B,) and non-negative, got {L.tolist()}")
     L = L.to(torch.get_default_dtype()) if not L.is_floating_point() else L
     ramp = ((max_len - cache_len) - L) / cache_len  # (B,) linear part
-    return torch.where(L > max_len, -1., ramp.clamp(max=0.))
+    return torch.where(L > max_len, -1.0, ramp.clamp(max=0.0))

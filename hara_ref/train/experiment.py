@@ -4,18 +4,38 @@
 
 # %% ../../nbs/4_train/17_experiment.ipynb #7c7d3a0a
 from __future__ import annotations
-import json, os, time
+import json
+import os
+import time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import torch
 from ..rlvr.data import is_heldout
 from ..rlvr.basics import math_reward
 from ..rlvr.countdown import Task, builtin_task
-from .policy import (DTYPES, char_tokenizer, tiny_qwen3, load_policy, save_policy, read_json,
-                             checkpoint_problem)
-from .rl import (
-    need_hook, needed_hooks, TrainConfig, REWEIGHTS, builtin_items, load_jsonl, sft, evaluate, train_run, resume_point,
-    config_changes, progress_bar)
+from hara_ref.train.policy import (
+    DTYPES,
+    char_tokenizer,
+    tiny_qwen3,
+    load_policy,
+    save_policy,
+    read_json,
+    checkpoint_problem,
+)
+from hara_ref.train.rl import (
+    need_hook,
+    needed_hooks,
+    TrainConfig,
+    REWEIGHTS,
+    builtin_items,
+    load_jsonl,
+    sft,
+    evaluate,
+    train_run,
+    resume_point,
+    config_changes,
+    progress_bar,
+)
 from .policy import read_jsonl, load_trainer_state
 
 # %% auto #0
@@ -26,99 +46,169 @@ __all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'set_threads
 # %% ../../nbs/4_train/17_experiment.ipynb #3023c47f
 @dataclass
 class ExperimentConfig:
-    "What `hara-ref train` runs: the start policy, the data, the variants and seeds, and where it writes; checked on construction."
-    out:str|None = None           # run folder (None: runs/<timestamp>)
-    resume:bool = False           # continue the runs in `out` from their last checkpoints
-    allow_config_change:bool = False # with resume: go on with settings that differ from config.json
-    model:str|None = None         # local Qwen3 checkpoint (None: built-in tiny Qwen3 + SFT warm start)
-    data:str|None = None          # MATH-style JSON lines: problem + answer or solution (None: built-in task)
-    reweights:tuple = ('none', 'hara-tok') # credit assignments to compare, one run per seed each
-    seeds:tuple = (0, 1, 2)       # the seeds of every variant
-    device:str = 'cpu'
-    dtype:str = 'fp32'            # 'fp32' | 'bf16' | 'fp16'
-    gradient_checkpointing:bool = False
-    workers:int|None = None       # parallel runs (None: 2 on a CPU with >= 2 cores, 1 on a GPU)
-    threads:int|None = None       # torch threads per worker (None: cores / workers)
-    task:str = 'sum'              # built-in task: 'sum' (chapter 01_data, addition) | 'countdown' (chapter 03_countdown)
-    n_terms:int = 3               # addition task difficulty: terms per problem ...
-    max_value:int = 49            # ... and their largest value
-    sft_steps:int|None = None     # SFT warm-start steps (None: 600 for the built-in model, 0 with model or data)
-    sft_batch:int = 64
-    sft_lr:float = 3e-3
-    sft_shuffle:float = 0.25      # share of SFT examples with the additions in random order
-    hidden_size:int = 96          # built-in tiny Qwen3: d ...
-    n_layers:int = 2              # ... and layers
-    heldout_frac:float = 0.1      # share of the data's prompts held out for evaluation
-    engine:str = 'ours'           # 'ours': chapter 16_rl's trainer; 'trl': TRL's GRPOTrainer with HARA (chapters 14-15)
+    """What `hara-ref train` runs: the start policy, the data, the variants and seeds, and where it
+    writes; checked on construction."""
+
+    out: str | None = None  # run folder (None: runs/<timestamp>)
+    resume: bool = False  # continue the runs in `out` from their last checkpoints
+    # with resume: go on with settings that differ from config.json
+    allow_config_change: bool = False
+    # local Qwen3 checkpoint (None: built-in tiny Qwen3 + SFT warm start)
+    model: str | None = None
+    # MATH-style JSON lines: problem + answer or solution (None: built-in task)
+    data: str | None = None
+    reweights: tuple = ('none', 'hara-tok')  # credit assignments to compare, one run per seed each
+    seeds: tuple = (0, 1, 2)  # the seeds of every variant
+    device: str = 'cpu'
+    dtype: str = 'fp32'  # 'fp32' | 'bf16' | 'fp16'
+    gradient_checkpointing: bool = False
+    workers: int | None = None  # parallel runs (None: 2 on a CPU with >= 2 cores, 1 on a GPU)
+    threads: int | None = None  # torch threads per worker (None: cores / workers)
+    # built-in task: 'sum' (chapter 01_data, addition) | 'countdown' (chapter 03_countdown)
+    task: str = 'sum'
+    n_terms: int = 3  # addition task difficulty: terms per problem ...
+    max_value: int = 49  # ... and their largest value
+    # SFT warm-start steps (None: 600 for the built-in model, 0 with model or data)
+    sft_steps: int | None = None
+    sft_batch: int = 64
+    sft_lr: float = 3e-3
+    sft_shuffle: float = 0.25  # share of SFT examples with the additions in random order
+    hidden_size: int = 96  # built-in tiny Qwen3: d ...
+    n_layers: int = 2  # ... and layers
+    heldout_frac: float = 0.1  # share of the data's prompts held out for evaluation
+    # 'ours': chapter 16_rl's trainer; 'trl': TRL's GRPOTrainer with HARA (chapters 14-15)
+    engine: str = 'ours'
 
     def __post_init__(self):
-        if self.resume and self.out is None: raise ValueError("`resume` needs `out` (the run folder to continue)")
+        if self.resume and self.out is None:
+            raise ValueError("`resume` needs `out` (the run folder to continue)")
         self.reweights, self.seeds = tuple(self.reweights), tuple(self.seeds)
-        for msg in experiment_errors(self): raise ValueError(msg)
+        for msg in experiment_errors(self):
+            raise ValueError(msg)
         _fill_defaults(self)
 
-def experiment_errors(ex:ExperimentConfig) -> list:
-    "What is wrong with `ex`, one message per problem (a field is named in backticks, or by its name with an underscore)."
-    bad = [f"unknown `reweights` {r!r}: use a comma list of {REWEIGHTS}" for r in ex.reweights if r not in REWEIGHTS]
-    if not ex.reweights: bad.append(f"`reweights` is empty: use a comma list of {REWEIGHTS}")
-    if not ex.seeds: bad.append("`seeds` is empty")
-    if ex.dtype not in DTYPES: bad.append(f"`dtype` must be one of {tuple(DTYPES)}, got {ex.dtype!r}")
-    if ex.task not in ('sum', 'countdown'): bad.append(f"`task` must be 'sum' or 'countdown', got {ex.task!r}")
-    if ex.engine not in ('ours', 'trl'): bad.append(f"`engine` must be 'ours' or 'trl', got {ex.engine!r}")
+
+def experiment_errors(ex: ExperimentConfig) -> list:
+    """What is wrong with `ex`, one message per problem (a field is named in backticks, or by its
+    name
+    with an underscore)."""
+    bad = [
+        f"unknown `reweights` {r!r}: use a comma list of {REWEIGHTS}"
+        for r in ex.reweights
+        if r not in REWEIGHTS
+    ]
+    if not ex.reweights:
+        bad.append(f"`reweights` is empty: use a comma list of {REWEIGHTS}")
+    if not ex.seeds:
+        bad.append("`seeds` is empty")
+    if ex.dtype not in DTYPES:
+        bad.append(f"`dtype` must be one of {tuple(DTYPES)}, got {ex.dtype!r}")
+    if ex.task not in ('sum', 'countdown'):
+        bad.append(f"`task` must be 'sum' or 'countdown', got {ex.task!r}")
+    if ex.engine not in ('ours', 'trl'):
+        bad.append(f"`engine` must be 'ours' or 'trl', got {ex.engine!r}")
     for name in ('reweights', 'seeds'):
         v = getattr(ex, name)
         if dup := list(dict.fromkeys(x for x in v if v.count(x) > 1)):
-            bad.append(f"`{name}` lists {', '.join(map(str, dup))} more than once: each (variant, "
-                       "seed) has one run folder, which two runs cannot share")
-    if ex.data and not ex.model: bad.append(
-        "`data` needs `model`, a local checkpoint: the built-in tiny model knows only the built-in "
-        "tasks' characters and is warm-started on their scratchpads, so on your data it would "
-        "start from random weights, never write a \\boxed{} answer and get reward 0 at every "
-        "step; give `model`, or leave out `data`")
+            bad.append(
+                f"`{name}` lists {', '.join(map(str, dup))} more than once: each (variant, "
+                "seed) has one run folder, which two runs cannot share"
+            )
+    if ex.data and not ex.model:
+        bad.append(
+            "`data` needs `model`, a local checkpoint: the built-in tiny model knows only the "
+            "built-in "
+            "tasks' characters and is warm-started on their scratchpads, so on your data it would "
+            "start from random weights, never write a \\boxed{} answer and get reward 0 at every "
+            "step; give `model`, or leave out `data`"
+        )
     if ex.allow_config_change and not ex.resume:
         bad.append("`allow_config_change` only applies with `resume`")
-    if ex.data and ex.sft_steps: bad.append("the SFT warm start needs the built-in task's scratchpads; use sft_steps 0 with `data`")
+    if ex.data and ex.sft_steps:
+        bad.append(
+            "the SFT warm start needs the built-in task's scratchpads; use sft_steps 0 with `data`"
+        )
     return bad
 
-def _fill_defaults(ex:ExperimentConfig):
-    "Resolve the fields whose default depends on the others or on the machine (out, sft_steps, workers, threads)."
+
+def _fill_defaults(ex: ExperimentConfig):
+    """Resolve the fields whose default depends on the others or on the machine (out, sft_steps,
+    workers, threads)."""
     ex.out = ex.out or time.strftime('runs/%Y%m%d-%H%M%S')
-    if ex.sft_steps is None: ex.sft_steps = 0 if (ex.model or ex.data) else 600
+    if ex.sft_steps is None:
+        ex.sft_steps = 0 if (ex.model or ex.data) else 600
     cores = os.cpu_count() or 1
-    ex.workers = ex.workers or (min(2, cores, len(ex.reweights) * len(ex.seeds)) if torch.device(ex.device).type == 'cpu' else 1)
+    ex.workers = ex.workers or (
+        min(2, cores, len(ex.reweights) * len(ex.seeds))
+        if torch.device(ex.device).type == 'cpu'
+        else 1
+    )
     ex.threads = ex.threads or max(1, cores // ex.workers)
 
-def variant_name(method:str, reweight:str, allocation:str='uniform') -> str:
+
+def variant_name(method: str, reweight: str, allocation: str = 'uniform') -> str:
     "Run name: method, then '+hora' for HORA allocation, then '+reweight' unless 'none'."
     m = method if allocation == 'uniform' else f"{method}+{allocation}"
     return m if reweight == 'none' else f"{m}+{reweight}"
 
-def set_threads(n:int):
-    "Per-process set-up: torch threads, flush denormals, no transformers progress bars (they would drown ours)."
+
+def set_threads(n: int):
+    """Per-process set-up: torch threads, flush denormals, no transformers progress bars (they would
+    drown ours)."""
     from transformers.utils import logging as hf_logging
-    torch.set_num_threads(max(1, n)); torch.set_flush_denormal(True); hf_logging.disable_progress_bar()
 
-def experiment_task(ex:ExperimentConfig) -> Task|None:
+    torch.set_num_threads(max(1, n))
+    torch.set_flush_denormal(True)
+    hf_logging.disable_progress_bar()
+
+
+def experiment_task(ex: ExperimentConfig) -> Task | None:
     "The built-in task of `ex` with its knobs (None when `ex.data` names a dataset)."
-    if ex.data: return None
-    return builtin_task('sum', n_terms=ex.n_terms, max_value=ex.max_value, p_shuffle=ex.sft_shuffle) if ex.task == 'sum' else builtin_task(ex.task)
+    if ex.data:
+        return None
+    return (
+        builtin_task('sum', n_terms=ex.n_terms, max_value=ex.max_value, p_shuffle=ex.sft_shuffle)
+        if ex.task == 'sum'
+        else builtin_task(ex.task)
+    )
 
-def _strategy_fn(ex:ExperimentConfig):
-    "The task's strategy function, for distinct correct strategies at evaluation (None with `data`)."
-    t = experiment_task(ex); return t.strategy if t else None
+
+def _strategy_fn(ex: ExperimentConfig):
+    """The task's strategy function, for distinct correct strategies at evaluation (None with
+    `data`)."""
+    t = experiment_task(ex)
+    return t.strategy if t else None
+
 
 def _job(args):
     "Worker entry point: one `train_run` (top-level so that a spawned process can import it)."
     cfg, run_dir, init, tr, ev, rf, ex, start_eval, hooks, q = args
     set_threads(ex.threads)
     report = (lambda n: q.put(n)) if q is not None else False
-    train_run(cfg, run_dir, init, tr, ev, rf, ex.device, ex.dtype, ex.gradient_checkpointing,
-              ex.resume, report, start_eval, _strategy_fn(ex), ex.allow_config_change, hooks)
+    train_run(
+        cfg,
+        run_dir,
+        init,
+        tr,
+        ev,
+        rf,
+        ex.device,
+        ex.dtype,
+        ex.gradient_checkpointing,
+        ex.resume,
+        report,
+        start_eval,
+        _strategy_fn(ex),
+        ex.allow_config_change,
+        hooks,
+    )
     return str(run_dir)
 
 # %% ../../nbs/4_train/17_experiment.ipynb #31de7207
-def prepare_start(ex:ExperimentConfig, eval_prompts:int=100, progress:bool=True) -> tuple:
-    "The start checkpoint (built-in: tiny Qwen3 after SFT, once) and the train / held-out items with their reward."
+def prepare_start(ex: ExperimentConfig, eval_prompts: int = 100, progress: bool = True) -> tuple:
+    """The start checkpoint (built-in: tiny Qwen3 after SFT, once) and the train / held-out items
+    with
+    their reward."""
     out = Path(ex.out)
     task = experiment_task(ex)
     if ex.data:
@@ -126,108 +216,200 @@ def prepare_start(ex:ExperimentConfig, eval_prompts:int=100, progress:bool=True)
         train = [it for it in items if not is_heldout(it['prompt'], ex.heldout_frac)]
         held = [it for it in items if is_heldout(it['prompt'], ex.heldout_frac)] or items[:1]
     else:
-        train, held, reward_fn = builtin_items(4000, 'train', 0, task=task), builtin_items(eval_prompts, 'test', 0, distinct=True, task=task), task.reward
-    if ex.model and not ex.sft_steps: return Path(ex.model), train, held, reward_fn
+        train, held, reward_fn = (
+            builtin_items(4000, 'train', 0, task=task),
+            builtin_items(eval_prompts, 'test', 0, distinct=True, task=task),
+            task.reward,
+        )
+    if ex.model and not ex.sft_steps:
+        return Path(ex.model), train, held, reward_fn
     init = out / 'sft'
-    if ex.resume and (init / 'config.json').exists(): return init, train, held, reward_fn
-    if ex.model: model, tok = load_policy(ex.model, ex.device, ex.dtype)
-    else: tok = char_tokenizer(); model = tiny_qwen3(tok, ex.hidden_size, ex.n_layers).to(ex.device)
+    if ex.resume and (init / 'config.json').exists():
+        return init, train, held, reward_fn
+    if ex.model:
+        model, tok = load_policy(ex.model, ex.device, ex.dtype)
+    else:
+        tok = char_tokenizer()
+        model = tiny_qwen3(tok, ex.hidden_size, ex.n_layers).to(ex.device)
     bar = progress_bar(total=ex.sft_steps, desc='SFT warm start') if progress else None
-    losses = sft(model, tok, [it['problem'] for it in train], ex.sft_steps, ex.sft_batch, ex.sft_lr, p_shuffle=ex.sft_shuffle, progress=bar, demo=task.demo if task else None)
-    if bar is not None: bar.close()
+    losses = sft(
+        model,
+        tok,
+        [it['problem'] for it in train],
+        ex.sft_steps,
+        ex.sft_batch,
+        ex.sft_lr,
+        p_shuffle=ex.sft_shuffle,
+        progress=bar,
+        demo=task.demo if task else None,
+    )
+    if bar is not None:
+        bar.close()
     save_policy(model, tok, init)
     (out / 'sft_loss.json').write_text(json.dumps(losses))
     return init, train, held, reward_fn
 
 # %% ../../nbs/4_train/17_experiment.ipynb #2fa74731
-_RESUMABLE = ('out', 'resume', 'allow_config_change', 'workers', 'threads', 'device',
-              'gradient_checkpointing')  # settings a resume may change
+_RESUMABLE = (
+    'out',
+    'resume',
+    'allow_config_change',
+    'workers',
+    'threads',
+    'device',
+    'gradient_checkpointing',
+)  # settings a resume may change
 
-def experiment_jobs(ex:ExperimentConfig, cfg:TrainConfig) -> list:
+
+def experiment_jobs(ex: ExperimentConfig, cfg: TrainConfig) -> list:
     "(TrainConfig, run folder) of every (variant, seed) of the experiment."
     name = lambda rw, s: f"{variant_name(cfg.method, rw, cfg.allocation)}-s{s}"
     runs = Path(ex.out) / 'runs'
-    return [(replace(cfg, reweight=rw, seed=s), runs / name(rw, s))
-            for rw in ex.reweights for s in ex.seeds]
+    return [
+        (replace(cfg, reweight=rw, seed=s), runs / name(rw, s))
+        for rw in ex.reweights
+        for s in ex.seeds
+    ]
 
-def _check_resume_files(ex:ExperimentConfig, cfg:TrainConfig):
+
+def _check_resume_files(ex: ExperimentConfig, cfg: TrainConfig):
     "The saved settings are those of `ex` and `cfg` (or a change is allowed); files are whole."
     out = Path(ex.out)
     if (saved := out / 'config.json').exists():
         old = read_json(saved, "restore it, or move it aside to resume with the current settings")
         diff = config_changes(old['experiment'], asdict(ex), _RESUMABLE)
         diff += config_changes(old['train'], asdict(cfg))
-        if diff and not ex.allow_config_change: raise ValueError(
-            f"`resume` with settings that differ from {saved}: {'; '.join(diff)}. Resume with the "
-            "saved values, or add `allow_config_change` to go on with the new ones")
+        if diff and not ex.allow_config_change:
+            raise ValueError(
+                f"`resume` with settings that differ from {saved}: {'; '.join(diff)}. Resume with "
+                "the "
+                "saved values, or add `allow_config_change` to go on with the new ones"
+            )
     if (se := out / 'start_eval.json').exists():
         read_json(se, "delete it, and `resume` evaluates the start again")
     if (out / 'sft').exists() and (bad := checkpoint_problem(out / 'sft')):
         raise ValueError(f"the warm start is damaged: {bad}; delete {out / 'sft'} to redo it")
 
-def experiment_plan(ex:ExperimentConfig, cfg:TrainConfig) -> list:
+
+def experiment_plan(ex: ExperimentConfig, cfg: TrainConfig) -> list:
     "(cfg, run folder, `resume_point`) of each run; ValueError before any work if one cannot go on."
     out, jobs = Path(ex.out), experiment_jobs(ex, cfg)
     if not ex.resume:
         held = [d.name for _, d in jobs if (d / 'metrics.jsonl').exists()]
         held += ['config.json'] if (out / 'config.json').exists() else []
-        if held: raise ValueError(f"`out` {out} already holds an experiment ({', '.join(held)}): "
-                                  "add `resume` to go on with it, or choose another `out`")
+        if held:
+            raise ValueError(
+                f"`out` {out} already holds an experiment ({', '.join(held)}): "
+                "add `resume` to go on with it, or choose another `out`"
+            )
         start = lambda d: dict(status='start', step=0, rows=[], message=f"{d.name}: starts")
         return [(c, d, start(d)) for c, d in jobs]
     _check_resume_files(ex, cfg)
     plan, bad = [], []
     for c, d in jobs:
-        try: plan.append((c, d, resume_point(c, d, ex.allow_config_change)))
-        except ValueError as e: bad.append(str(e))
-    if bad: raise ValueError("`resume` cannot go on:\n  " + '\n  '.join(bad))
+        try:
+            plan.append((c, d, resume_point(c, d, ex.allow_config_change)))
+        except ValueError as e:
+            bad.append(str(e))
+    if bad:
+        raise ValueError("`resume` cannot go on:\n  " + '\n  '.join(bad))
     return plan
 
 # %% ../../nbs/4_train/17_experiment.ipynb #7fe1d580
-def run_experiment(ex:ExperimentConfig, cfg:TrainConfig, progress:bool=True,
-                   hooks:dict|None=None, # extensions the trainer needs (`need_hook`, chapter 16_rl)
-                  ) -> dict:
+def run_experiment(
+    ex: ExperimentConfig,
+    cfg: TrainConfig,
+    progress: bool = True,
+    hooks: dict | None = None,  # extensions the trainer needs (`need_hook`, chapter 16_rl)
+) -> dict:
     "SFT (once) and every (variant, seed) run, complete runs left alone; {run name: metric rows}."
     from transformers.utils import logging as hf_logging
+
     hf_logging.disable_progress_bar()  # transformers' 'Loading weights' bars would drown ours
-    for name in needed_hooks(cfg): need_hook(cfg, hooks, name)
+    for name in needed_hooks(cfg):
+        need_hook(cfg, hooks, name)
     plan = experiment_plan(ex, cfg)  # refuses what it cannot do before any work
-    if ex.resume: print('\n'.join(f"resume {p['message']}" for *_, p in plan), flush=True)
-    out = Path(ex.out); out.mkdir(parents=True, exist_ok=True)
+    if ex.resume:
+        print('\n'.join(f"resume {p['message']}" for *_, p in plan), flush=True)
+    out = Path(ex.out)
+    out.mkdir(parents=True, exist_ok=True)
     if ex.allow_config_change or not (ex.resume and (out / 'config.json').exists()):
         saved = dict(experiment=asdict(ex), train=asdict(cfg))
         (out / 'config.json').write_text(json.dumps(saved, indent=1, default=str))
     init, train, held, reward_fn = prepare_start(ex, cfg.eval_prompts, progress)
-    held = held[:cfg.eval_prompts]
+    held = held[: cfg.eval_prompts]
     se_path = out / 'start_eval.json'
     if ex.resume and se_path.exists():
         start_eval = read_json(se_path, "delete it, and `resume` evaluates the start again")
     else:
         model, tok = load_policy(init, ex.device, ex.dtype)
-        start_eval = evaluate(model, tok, held, reward_fn, cfg.eval_samples, cfg.temperature, cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len, strategy_fn=_strategy_fn(ex))
+        start_eval = evaluate(
+            model,
+            tok,
+            held,
+            reward_fn,
+            cfg.eval_samples,
+            cfg.temperature,
+            cfg.max_new_tokens,
+            max_prompt_len=cfg.max_prompt_len,
+            strategy_fn=_strategy_fn(ex),
+        )
         se_path.write_text(json.dumps(start_eval))
     jobs = [(c, d) for c, d, p in plan if p['status'] != 'complete']
     if ex.workers <= 1:
-        for c, d in jobs: train_run(c, d, init, train, held, reward_fn, ex.device, ex.dtype,
-                                    ex.gradient_checkpointing, ex.resume, progress, start_eval,
-                                    _strategy_fn(ex), ex.allow_config_change, hooks)
-    elif jobs: run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress, hooks)
+        for c, d in jobs:
+            train_run(
+                c,
+                d,
+                init,
+                train,
+                held,
+                reward_fn,
+                ex.device,
+                ex.dtype,
+                ex.gradient_checkpointing,
+                ex.resume,
+                progress,
+                start_eval,
+                _strategy_fn(ex),
+                ex.allow_config_change,
+                hooks,
+            )
+    elif jobs:
+        run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress, hooks)
     return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d, _ in plan}
+
 
 def run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress, hooks=None):
     "Run the jobs in `ex.workers` spawned processes; one progress bar over all their steps."
     steps = lambda d: (load_trainer_state(d, mmap=True) or {}).get('step', 0)
     done_steps = sum(steps(d) for _, d in jobs) if ex.resume else 0
     args = [(c, d, init, train, held, reward_fn, ex, start_eval, hooks) for c, d in jobs]
-    run_pool(args, ex.workers, sum(c.steps for c, _ in jobs),
-             f"RL: {len(jobs)} runs on {ex.workers} workers", done_steps, progress)
+    run_pool(
+        args,
+        ex.workers,
+        sum(c.steps for c, _ in jobs),
+        f"RL: {len(jobs)} runs on {ex.workers} workers",
+        done_steps,
+        progress,
+    )
 
-def run_pool(job_args:list, # argument tuples of `_job`, without its queue:
-             # (cfg, run_dir, init, train, held, reward_fn, ex, start_eval, hooks)
-             workers:int, total_steps:int, desc:str, initial:int=0, progress:bool=True):
-    "Run `_job` on every argument tuple in `workers` spawned processes, re-raising a worker's error; one progress bar over all their steps."
+
+def run_pool(
+    job_args: list,  # argument tuples of `_job`, without its queue:
+    # (cfg, run_dir, init, train, held, reward_fn, ex, start_eval, hooks)
+    workers: int,
+    total_steps: int,
+    desc: str,
+    initial: int = 0,
+    progress: bool = True,
+):
+    """Run `_job` on every argument tuple in `workers` spawned processes, re-raising a worker's
+    error;
+    one progress bar over all their steps."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
+
     ctx = mp.get_context('spawn')
     with ctx.Manager() as man, ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         q = man.Queue()
@@ -235,79 +417,148 @@ def run_pool(job_args:list, # argument tuples of `_job`, without its queue:
         futs = {pool.submit(_job, (*a, q)) for a in job_args}
         while futs:
             fin, futs = wait(futs, timeout=0.5, return_when=FIRST_COMPLETED)
-            for f in fin: f.result()  # re-raise a worker's error
+            for f in fin:
+                f.result()  # re-raise a worker's error
             while not q.empty():
                 n = q.get()
-                if bar is not None: bar.update(n)
-        if bar is not None: bar.close()
+                if bar is not None:
+                    bar.update(n)
+        if bar is not None:
+            bar.close()
 
 # %% ../../nbs/4_train/17_experiment.ipynb #fd7d87f4
-def by_variant(runs:dict) -> dict:
+def by_variant(runs: dict) -> dict:
     "{variant: [rows of each seed]} from {run name: rows}."
     out = {}
-    for name, rows in runs.items(): out.setdefault(name.rsplit('-s', 1)[0], []).append(rows)
+    for name, rows in runs.items():
+        out.setdefault(name.rsplit('-s', 1)[0], []).append(rows)
     return out
 
-def _curve(rows_list:list, kind:str, key:str, smooth:int=1) -> tuple:
-    "Steps, mean and std over seeds of `key` in rows of `kind` (moving average over `smooth` points)."
+
+def _curve(rows_list: list, kind: str, key: str, smooth: int = 1) -> tuple:
+    """Steps, mean and std over seeds of `key` in rows of `kind` (moving average over `smooth`
+    points)."""
     ys = []
     for rows in rows_list:
         r = [x for x in rows if x['kind'] == kind]
         v = torch.tensor([x[key] for x in r], dtype=torch.float64)
-        if smooth > 1 and len(v) >= smooth: v = torch.cat([v[:smooth - 1], v.unfold(0, smooth, 1).mean(-1)])
-        ys.append(v); steps = [x['step'] for x in r]
-    n = min(len(y) for y in ys); Y = torch.stack([y[:n] for y in ys])  # (seeds, steps)
+        if smooth > 1 and len(v) >= smooth:
+            v = torch.cat([v[: smooth - 1], v.unfold(0, smooth, 1).mean(-1)])
+        ys.append(v)
+        steps = [x['step'] for x in r]
+    n = min(len(y) for y in ys)
+    Y = torch.stack([y[:n] for y in ys])  # (seeds, steps)
     return steps[:n], Y.mean(0), Y.std(0) if len(ys) > 1 else torch.zeros(n)
 
-def plot_runs(runs:dict, path=None, title:str=''):
-    "Figure 4 at our scale: held-out pass@1, entropy and length vs step, mean ± std over seeds; saved to `path`."
-    import matplotlib; import matplotlib.pyplot as plt
+
+def plot_runs(runs: dict, path=None, title: str = ''):
+    """Figure 4 at our scale: held-out pass@1, entropy and length vs step, mean ± std over seeds;
+    saved to `path`."""
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    panels = [('eval', 'pass1', 'held-out pass@1', 1), ('train', 'entropy', 'policy entropy (nats/token)', 5), ('train', 'length', 'response length (tokens)', 5)]
+    panels = [
+        ('eval', 'pass1', 'held-out pass@1', 1),
+        ('train', 'entropy', 'policy entropy (nats/token)', 5),
+        ('train', 'length', 'response length (tokens)', 5),
+    ]
     for variant, rows_list in by_variant(runs).items():
         for ax, (kind, key, label, sm) in zip(axes, panels):
             x, mu, sd = _curve(rows_list, kind, key, sm)
-            ax.plot(x, mu, label=f"{variant} (n={len(rows_list)})"); ax.fill_between(x, mu - sd, mu + sd, alpha=0.25)
-            ax.set_xlabel('RL step'); ax.set_title(label)
-    axes[0].legend(); fig.suptitle(title); fig.tight_layout()
-    if path is not None: fig.savefig(path, dpi=110); plt.close(fig)
+            ax.plot(x, mu, label=f"{variant} (n={len(rows_list)})")
+            ax.fill_between(x, mu - sd, mu + sd, alpha=0.25)
+            ax.set_xlabel('RL step')
+            ax.set_title(label)
+    axes[0].legend()
+    fig.suptitle(title)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
     return fig
 
 # %% ../../nbs/4_train/17_experiment.ipynb #decd76f3
-def summarize(runs:dict, start_eval:dict|None=None) -> tuple:
-    "Per variant, mean ± std over seeds of final pass@1, pass@k, entropy, length and HARA's share of step time; (rows, table text)."
+def summarize(runs: dict, start_eval: dict | None = None) -> tuple:
+    """Per variant, mean ± std over seeds of final pass@1, pass@k, entropy, length and HARA's share
+    of
+    step time; (rows, table text)."""
     rows = []
     for variant, rl in by_variant(runs).items():
+
         def ms(f):
             v = torch.tensor([f(r) for r in rl], dtype=torch.float64)
-            return v.mean().item(), (v.std().item() if len(v) > 1 else 0.)
+            return v.mean().item(), (v.std().item() if len(v) > 1 else 0.0)
+
         last_eval = lambda r: [x for x in r if x['kind'] == 'eval'][-1]
         train = lambda r: [x for x in r if x['kind'] == 'train']
         tail = lambda r: train(r)[-10:]
-        rows.append(dict(variant=variant, seeds=len(rl), pass1=ms(lambda r: last_eval(r)['pass1']), passk=ms(lambda r: last_eval(r)['passk']),
-                         k=last_eval(rl[0])['k'], entropy=ms(lambda r: sum(x['entropy'] for x in tail(r)) / max(len(tail(r)), 1)),
-                         length=ms(lambda r: last_eval(r)['length']),
-                         hara_share=ms(lambda r: sum(x['t_hara'] for x in train(r)) / max(sum(x['t_step'] for x in train(r)), 1e-12)),
-                         step_s=ms(lambda r: sum(x['t_step'] for x in train(r)) / max(len(train(r)), 1)),
-                         per_seed=[last_eval(r)['pass1'] for r in rl], seed_of=[r[0]['seed'] for r in rl],
-                         per_seed_k=[last_eval(r)['passk'] for r in rl],
-                         strategies=ms(lambda r: last_eval(r).get('strategies') or 0.) if 'strategies' in last_eval(rl[0]) else None))
+        rows.append(
+            dict(
+                variant=variant,
+                seeds=len(rl),
+                pass1=ms(lambda r: last_eval(r)['pass1']),
+                passk=ms(lambda r: last_eval(r)['passk']),
+                k=last_eval(rl[0])['k'],
+                entropy=ms(lambda r: sum(x['entropy'] for x in tail(r)) / max(len(tail(r)), 1)),
+                length=ms(lambda r: last_eval(r)['length']),
+                hara_share=ms(
+                    lambda r: (
+                        sum(x['t_hara'] for x in train(r))
+                        / max(sum(x['t_step'] for x in train(r)), 1e-12)
+                    )
+                ),
+                step_s=ms(lambda r: sum(x['t_step'] for x in train(r)) / max(len(train(r)), 1)),
+                per_seed=[last_eval(r)['pass1'] for r in rl],
+                seed_of=[r[0]['seed'] for r in rl],
+                per_seed_k=[last_eval(r)['passk'] for r in rl],
+                strategies=ms(lambda r: last_eval(r).get('strategies') or 0.0)
+                if 'strategies' in last_eval(rl[0])
+                else None,
+            )
+        )
     fmt = lambda p, d=3: f"{p[0]:.{d}f} ± {p[1]:.{d}f}" if p else '–'
     k = rows[0]['k'] if rows else 1
-    lines = [f"{'variant':<18} {'seeds':>5}  {'pass@1':>15}  {f'pass@{k}':>15}  {'entropy':>15}  {'strategies':>13}  {'length':>13}  {'HARA time':>15}  {'s/step':>11}"]
-    if start_eval: lines.append(f"{'start (SFT)':<18} {'':>5}  {start_eval['pass1']:>15.3f}  {start_eval['passk']:>15.3f}  {'':>15}  {start_eval.get('strategies', float('nan')):>13.2f}  {start_eval['length']:>13.1f}")
+    lines = [
+        f"{'variant':<18} {'seeds':>5}  {'pass@1':>15}  {f'pass@{k}':>15}  {'entropy':>15}  "
+        f"{'strategies':>13}  {'length':>13}  {'HARA time':>15}  {'s/step':>11}"
+    ]
+    if start_eval:
+        lines.append(
+            f"{'start (SFT)':<18} {'':>5}  {start_eval['pass1']:>15.3f}  "
+            f"{start_eval['passk']:>15.3f}  {'':>15}  "
+            f"{start_eval.get('strategies', float('nan')):>13.2f}  {start_eval['length']:>13.1f}"
+        )
     for r in rows:
-        lines.append(f"{r['variant']:<18} {r['seeds']:>5}  {fmt(r['pass1']):>15}  {fmt(r['passk']):>15}  {fmt(r['entropy']):>15}  {fmt(r['strategies'], 2):>13}  "
-                     f"{fmt(r['length'], 1):>13}  {fmt(tuple(100 * x for x in r['hara_share']), 1) + ' %':>15}  {fmt(r['step_s'], 2):>11}")
+        lines.append(
+            f"{r['variant']:<18} {r['seeds']:>5}  {fmt(r['pass1']):>15}  {fmt(r['passk']):>15}  "
+            f"{fmt(r['entropy']):>15}  {fmt(r['strategies'], 2):>13}  "
+            f"{fmt(r['length'], 1):>13}  "
+            f"{fmt(tuple(100 * x for x in r['hara_share']), 1) + ' %':>15}  "
+            f"{fmt(r['step_s'], 2):>11}"
+        )
     return rows, '\n'.join(lines + paired_lines(rows))
 
-def paired_lines(rows:list) -> list:
-    "Each variant against the first, paired by seed: mean difference of final pass@1 and pass@k with its 95% interval (chapter 29_report)."
+
+def paired_lines(rows: list) -> list:
+    """Each variant against the first, paired by seed: mean difference of final pass@1 and pass@k
+    with
+    its 95% interval (chapter 29_report)."""
     from hara_ref.appendix.report import paired
-    if len(rows) < 2: return []
-    b, out = rows[0], ['', f"paired by seed against {rows[0]['variant']} (mean difference [95% interval]):"]
+
+    if len(rows) < 2:
+        return []
+    b, out = (
+        rows[0],
+        ['', f"paired by seed against {rows[0]['variant']} (mean difference [95% interval]):"],
+    )
     for r in rows[1:]:
-        d = [paired(dict(zip(r['seed_of'], r[key])), dict(zip(b['seed_of'], b[key]))) for key in ('per_seed', 'per_seed_k')]
+        d = [
+            paired(dict(zip(r['seed_of'], r[key])), dict(zip(b['seed_of'], b[key])))
+            for key in ('per_seed', 'per_seed_k')
+        ]
         r['d_pass1'], r['d_passk'] = d
-        out.append(f"  {r['variant']:<18} pass@1 {d[0][0]:+.3f} [{d[0][1]:+.3f}, {d[0][2]:+.3f}]   pass@{r['k']} {d[1][0]:+.3f} [{d[1][1]:+.3f}, {d[1][2]:+.3f}]   (n = {d[0][3]})")
+        out.append(
+            f"  {r['variant']:<18} pass@1 {d[0][0]:+.3f} [{d[0][1]:+.3f}, {d[0][2]:+.3f}]   "
+            f"pass@{r['k']} {d[1][0]:+.3f} [{d[1][1]:+.3f}, {d[1][2]:+.3f}]   (n = {d[0][3]})"
+        )
     return out

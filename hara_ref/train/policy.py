@@ -4,7 +4,14 @@
 
 # %% ../../nbs/4_train/15_policy.ipynb #e506f3d9
 from __future__ import annotations
-import inspect, json, os, random, shutil, subprocess, sys, warnings
+import inspect
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 import torch
 import torch.nn.functional as F
@@ -19,31 +26,55 @@ __all__ = ['TASK_CHARS', 'SPECIAL_TOKENS', 'DTYPES', 'char_tokenizer', 'tiny_qwe
 TASK_CHARS = "0123456789+-*/=;:,.()[]{}\\ \n?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 SPECIAL_TOKENS = ('<pad>', '<bos>', '<eos>', '<unk>')
 
-def char_tokenizer(chars:str=TASK_CHARS): # every character that gets its own token
-    "A character-level `PreTrainedTokenizerFast`: one token per character, plus `<pad>`, `<bos>`, `<eos>`, `<unk>`."
+
+def char_tokenizer(chars: str = TASK_CHARS):  # every character that gets its own token
+    """A character-level `PreTrainedTokenizerFast`: one token per character, plus `<pad>`, `<bos>`,
+    `<eos>`, `<unk>`."""
     from tokenizers import Tokenizer, Regex, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
+
     vocab = {t: i for i, t in enumerate(list(SPECIAL_TOKENS) + list(dict.fromkeys(chars)))}
     tk = Tokenizer(models.WordLevel(vocab=vocab, unk_token='<unk>'))
-    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r'[\s\S]'), behavior='isolated')  # each character alone
+    # each character alone
+    tk.pre_tokenizer = pre_tokenizers.Split(Regex(r'[\s\S]'), behavior='isolated')
     tk.decoder = decoders.Fuse()  # join characters back without spaces
-    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token='<pad>', bos_token='<bos>', eos_token='<eos>', unk_token='<unk>')
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tk,
+        pad_token='<pad>',
+        bos_token='<bos>',
+        eos_token='<eos>',
+        unk_token='<unk>',
+    )
 
 # %% ../../nbs/4_train/15_policy.ipynb #a7378e9f
 def tiny_qwen3(
-    tokenizer, # its special tokens configure the model
-    hidden_size:int=96, n_layers:int=2, n_heads:int=4, n_kv_heads:int=2, # d, layers, query heads, key/value heads
-    mlp_mult:int=4, # intermediate size = mlp_mult * d
-    max_len:int=256, # longest prompt + response
-    seed:int=0, # initialisation seed
-    vocab_size:int|None=None, # V (None: the tokenizer's)
+    tokenizer,  # its special tokens configure the model
+    hidden_size: int = 96,  # d
+    n_layers: int = 2,  # decoder layers
+    n_heads: int = 4,  # query heads
+    n_kv_heads: int = 2,  # key/value heads
+    mlp_mult: int = 4,  # intermediate size = mlp_mult * d
+    max_len: int = 256,  # longest prompt + response
+    seed: int = 0,  # initialisation seed
+    vocab_size: int | None = None,  # V (None: the tokenizer's)
 ):
     "A randomly initialised, seeded `Qwen3ForCausalLM` sized for `tokenizer`."
     from transformers import Qwen3Config, Qwen3ForCausalLM
-    cfg = Qwen3Config(vocab_size=vocab_size or len(tokenizer), hidden_size=hidden_size, intermediate_size=mlp_mult * hidden_size,
-                      num_hidden_layers=n_layers, num_attention_heads=n_heads, num_key_value_heads=n_kv_heads,
-                      head_dim=hidden_size // n_heads, max_position_embeddings=max_len, tie_word_embeddings=True,
-                      pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+
+    cfg = Qwen3Config(
+        vocab_size=vocab_size or len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=mlp_mult * hidden_size,
+        num_hidden_layers=n_layers,
+        num_attention_heads=n_heads,
+        num_key_value_heads=n_kv_heads,
+        head_dim=hidden_size // n_heads,
+        max_position_embeddings=max_len,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return Qwen3ForCausalLM(cfg)
@@ -51,46 +82,66 @@ def tiny_qwen3(
 # %% ../../nbs/4_train/15_policy.ipynb #72d57c07
 DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
-def replace_dir(tmp:Path, dst:Path):
-    "Atomically put folder `tmp` at `dst` (the old `dst`, if any, survives as `dst.old` until the swap is done)."
-    old = dst.with_name(dst.name + '.old')
-    if old.exists(): shutil.rmtree(old)
-    if dst.exists(): os.replace(dst, old)
-    os.replace(tmp, dst)
-    if old.exists(): shutil.rmtree(old)
 
-def save_policy(model, tokenizer, path): # folder to (re)write
+def replace_dir(tmp: Path, dst: Path):
+    """Atomically put folder `tmp` at `dst` (the old `dst`, if any, survives as `dst.old` until the
+    swap is done)."""
+    old = dst.with_name(dst.name + '.old')
+    if old.exists():
+        shutil.rmtree(old)
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(tmp, dst)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def save_policy(model, tokenizer, path):  # folder to (re)write
     "Write model and tokenizer with `save_pretrained` into `path`, atomically."
-    path = Path(path); tmp = path.with_name(path.name + '.tmp')
-    if tmp.exists(): shutil.rmtree(tmp)
-    model.save_pretrained(tmp); tokenizer.save_pretrained(tmp)
+    path = Path(path)
+    tmp = path.with_name(path.name + '.tmp')
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
     replace_dir(tmp, path)
 
-def checkpoint_problem(path) -> str|None:
+
+def checkpoint_problem(path) -> str | None:
     "Why the `save_pretrained` folder `path` cannot be loaded (the file and the reason), or None."
     from safetensors import safe_open
+
     path = Path(path)
-    if not (path / 'config.json').exists(): return f"{path / 'config.json'} is missing"
+    if not (path / 'config.json').exists():
+        return f"{path / 'config.json'} is missing"
     for f in sorted(path.iterdir()):
         try:
-            if f.suffix == '.json': json.loads(f.read_text(encoding='utf-8'))
+            if f.suffix == '.json':
+                json.loads(f.read_text(encoding='utf-8'))
             elif f.suffix == '.safetensors':
-                with safe_open(str(f), 'pt'): pass  # reads the header, checks it covers the file
-        except Exception as e: return f"{f} is damaged ({type(e).__name__}: {e})"
+                with safe_open(str(f), 'pt'):
+                    pass  # reads the header, checks it covers the file
+        except Exception as e:
+            return f"{f} is damaged ({type(e).__name__}: {e})"
     return None
 
-def load_policy(path, device='cpu', dtype:str='fp32'):
+
+def load_policy(path, device='cpu', dtype: str = 'fp32'):
     "Load a local causal LM and its tokenizer (`AutoModelForCausalLM`, `AutoTokenizer`, offline)."
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
     path = Path(path)
-    if not path.exists() and path.with_name(path.name + '.old').exists(): path = path.with_name(path.name + '.old')
-    if not (path / 'config.json').exists(): raise FileNotFoundError(f"no model checkpoint (config.json) in {str(path)!r}")
+    if not path.exists() and path.with_name(path.name + '.old').exists():
+        path = path.with_name(path.name + '.old')
+    if not (path / 'config.json').exists():
+        raise FileNotFoundError(f"no model checkpoint (config.json) in {str(path)!r}")
     if bad := checkpoint_problem(path):
         raise ValueError(f"cannot load the checkpoint in {path}: {bad}")
     kw = dict(local_files_only=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, **kw)
-        try: model = AutoModelForCausalLM.from_pretrained(path, **kw, dtype=DTYPES[dtype])
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, **kw, dtype=DTYPES[dtype])
         except TypeError:  # transformers < 4.56
             model = AutoModelForCausalLM.from_pretrained(path, **kw, torch_dtype=DTYPES[dtype])
     except Exception as e:
@@ -102,7 +153,8 @@ def pad_id(tokenizer) -> int:
     "The padding token id (EOS when the tokenizer has no pad token, as for some base models)."
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
-def encode_prompts(tokenizer, prompts:list, max_len:int|None=None, device=None) -> tuple:
+
+def encode_prompts(tokenizer, prompts: list, max_len: int | None = None, device=None) -> tuple:
     "Left-padded prompt ids (B, P) and mask (B, P), with BOS in front when the tokenizer has one."
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     rows = [bos + tokenizer(p, add_special_tokens=False)['input_ids'] for p in prompts]
@@ -110,88 +162,148 @@ def encode_prompts(tokenizer, prompts:list, max_len:int|None=None, device=None) 
         raise ValueError(f"a prompt has {max(map(len, rows))} tokens > max_prompt_len={max_len}")
     P, pad = max(map(len, rows)), pad_id(tokenizer)
     ids = torch.tensor([[pad] * (P - len(r)) + r for r in rows], device=device)  # (B, P)
-    mask = torch.tensor([[False] * (P - len(r)) + [True] * len(r) for r in rows], device=device)  # (B, P)
+    # (B, P)
+    mask = torch.tensor([[False] * (P - len(r)) + [True] * len(r) for r in rows], device=device)
     return ids, mask
 
 # %% ../../nbs/4_train/15_policy.ipynb #fedf186f
 def _cache_kw(model) -> str:
-    "Name of the KV-cache argument of `model.forward` (`cache` in transformers 5, `past_key_values` before)."
+    """Name of the KV-cache argument of `model.forward` (`cache` in transformers 5,
+    `past_key_values`
+    before)."""
     return 'cache' if 'cache' in inspect.signature(model.forward).parameters else 'past_key_values'
+
 
 def _cache_of(out):
     "The KV cache in a model output."
     return out['cache'] if 'cache' in out else out['past_key_values']
 
+
 @torch.no_grad()
 def sample(
-    model, prompt_ids, prompt_mask, # (B, P) left-padded prompts and their mask
-    max_new_tokens:int, eos_id:int, pad_id:int,
-    temperature:float=1.0, # 0: greedy
-    generator:torch.Generator|None=None, # source of randomness (seeded by the caller)
-) -> tuple: # response ids (B, T) and response mask (B, T), True up to and including EOS
+    model,
+    prompt_ids,
+    prompt_mask,  # (B, P) left-padded prompts and their mask
+    max_new_tokens: int,
+    eos_id: int,
+    pad_id: int,
+    temperature: float = 1.0,  # 0: greedy
+    generator: torch.Generator | None = None,  # source of randomness (seeded by the caller)
+) -> tuple:  # response ids (B, T) and response mask (B, T), True up to and including EOS
     "Sample one response per row with a KV cache."
     B, kw = prompt_ids.shape[0], _cache_kw(model)
     am = prompt_mask.long()  # (B, P)
     pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-    out = model(input_ids=prompt_ids, attention_mask=am, position_ids=pos, use_cache=True, logits_to_keep=1)
+    out = model(
+        input_ids=prompt_ids, attention_mask=am, position_ids=pos, use_cache=True, logits_to_keep=1
+    )
     cache, logits, last = _cache_of(out), out.logits[:, -1].float(), pos[:, -1]  # logits: (B, V)
     done = torch.zeros(B, dtype=torch.bool, device=prompt_ids.device)  # (B,)
     toks, alive = [], []
     for _ in range(max_new_tokens):
-        if temperature > 0: nxt = torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)[:, 0]  # (B,)
-        else: nxt = logits.argmax(-1)  # (B,)
-        toks.append(torch.where(done, torch.full_like(nxt, pad_id), nxt)); alive.append(~done)
+        # (B,)
+        if temperature > 0:
+            nxt = torch.multinomial(
+                torch.softmax(logits / temperature, -1), 1, generator=generator
+            )[:, 0]
+        else:
+            nxt = logits.argmax(-1)  # (B,)
+        toks.append(torch.where(done, torch.full_like(nxt, pad_id), nxt))
+        alive.append(~done)
         done = done | (nxt == eos_id)
-        if done.all(): break
+        if done.all():
+            break
         am, last = torch.cat([am, (~done).long()[:, None]], 1), last + 1  # (B, P+t)
-        out = model(input_ids=toks[-1][:, None], attention_mask=am, position_ids=last[:, None], use_cache=True, **{kw: cache})
+        out = model(
+            input_ids=toks[-1][:, None],
+            attention_mask=am,
+            position_ids=last[:, None],
+            use_cache=True,
+            **{kw: cache},
+        )
         cache, logits = _cache_of(out), out.logits[:, -1].float()
     return torch.stack(toks, 1), torch.stack(alive, 1)  # (B, T), (B, T)
 
 # %% ../../nbs/4_train/15_policy.ipynb #d42f8b27
-def _chunk_stats(hidden:torch.Tensor, head, targets:torch.Tensor) -> tuple:
-    "Log-probs and entropies (n,) of one chunk: hidden states (n, d), output layer `head`, target ids (n,)."
+def _chunk_stats(hidden: torch.Tensor, head, targets: torch.Tensor) -> tuple:
+    """Log-probs and entropies (n,) of one chunk: hidden states (n, d), output layer `head`, target
+    ids (n,)."""
     lsm = F.log_softmax(head(hidden).float(), -1)  # (n, V)
     # H = -\sum_v \pi(v) \log \pi(v)
     return lsm.gather(-1, targets[:, None])[:, 0], -(lsm.exp() * lsm).sum(-1)  # (n,), (n,)
 
+
 def token_stats(
-    hidden:torch.Tensor, # (N, d) last-layer hidden states, row n predicts targets[n]
-    head, # the output layer: (n, d) -> (n, V) logits
-    targets:torch.Tensor, # (N,) token ids
-    chunk_tokens:int=256, # rows per chunk: the largest tensor is (chunk_tokens, V)
-) -> tuple: # logp (N,), entropy (N,)
-    "Token log-probs and entropies (nats) from hidden states, `chunk_tokens` rows at a time (recomputed in backward)."
+    hidden: torch.Tensor,  # (N, d) last-layer hidden states, row n predicts targets[n]
+    head,  # the output layer: (n, d) -> (n, V) logits
+    targets: torch.Tensor,  # (N,) token ids
+    chunk_tokens: int = 256,  # rows per chunk: the largest tensor is (chunk_tokens, V)
+) -> tuple:  # logp (N,), entropy (N,)
+    """Token log-probs and entropies (nats) from hidden states, `chunk_tokens` rows at a time
+    (recomputed in backward)."""
     lp, ent = [], []
     for h, y in zip(hidden.split(chunk_tokens), targets.split(chunk_tokens)):
-        if torch.is_grad_enabled() and h.requires_grad: a, b = checkpoint(_chunk_stats, h, head, y, use_reentrant=False)
-        else: a, b = _chunk_stats(h, head, y)
-        lp.append(a); ent.append(b)
+        if torch.is_grad_enabled() and h.requires_grad:
+            a, b = checkpoint(_chunk_stats, h, head, y, use_reentrant=False)
+        else:
+            a, b = _chunk_stats(h, head, y)
+        lp.append(a)
+        ent.append(b)
     return torch.cat(lp), torch.cat(ent)  # (N,), (N,)
 
 # %% ../../nbs/4_train/15_policy.ipynb #11b8154b
-def _model_logits_stats(model, ids, am, pos, resp_ids, output_hidden:bool) -> tuple:
-    "Unchunked scoring from the model's own logits (B, T, V): logp (B, T), entropy (B, T), hidden states."
+def _model_logits_stats(model, ids, am, pos, resp_ids, output_hidden: bool) -> tuple:
+    """Unchunked scoring from the model's own logits (B, T, V): logp (B, T), entropy (B, T), hidden
+    states."""
     T = resp_ids.shape[1]
-    out = model(input_ids=ids, attention_mask=am, position_ids=pos, output_hidden_states=output_hidden, logits_to_keep=T + 1, use_cache=False)
-    lsm = F.log_softmax(out.logits[:, :-1].float(), -1)  # (B, T, V) column P-1+t predicts response token t
-    return lsm.gather(-1, resp_ids[..., None])[..., 0], -(lsm.exp() * lsm).sum(-1), out.hidden_states
+    out = model(
+        input_ids=ids,
+        attention_mask=am,
+        position_ids=pos,
+        output_hidden_states=output_hidden,
+        logits_to_keep=T + 1,
+        use_cache=False,
+    )
+    # (B, T, V) column P-1+t predicts response token t
+    lsm = F.log_softmax(out.logits[:, :-1].float(), -1)
+    return (
+        lsm.gather(-1, resp_ids[..., None])[..., 0],
+        -(lsm.exp() * lsm).sum(-1),
+        out.hidden_states,
+    )
+
 
 def policy_forward(
-    model, prompt_ids, prompt_mask, # (B, P) prompts, left-padded
-    resp_ids, resp_mask, # (B, T) responses, right-padded
-    hidden_layer:int|None=None, # which `hidden_states` entry to return (None: don't)
-    chunk_tokens:int|None=256, # tokens per chunk of logits (None: the model's own logits, unchunked)
-) -> tuple: # logp (B, T), entropy (B, T), hidden (B, T, d) or None
-    "Token log-probs, token entropies (nats) and optionally one layer's hidden states of the response tokens."
-    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()  # (B, P+T)
+    model,
+    prompt_ids,
+    prompt_mask,  # (B, P) prompts, left-padded
+    resp_ids,
+    resp_mask,  # (B, T) responses, right-padded
+    hidden_layer: int | None = None,  # which `hidden_states` entry to return (None: don't)
+    # tokens per chunk of logits (None: the model's own logits, unchunked)
+    chunk_tokens: int | None = 256,
+) -> tuple:  # logp (B, T), entropy (B, T), hidden (B, T, d) or None
+    """Token log-probs, token entropies (nats) and optionally one layer's hidden states of the
+    response tokens."""
+    # (B, P+T)
+    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()
     pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P+T)
     (B, T), want = resp_ids.shape, hidden_layer is not None
-    if chunk_tokens is None: logp, entropy, hs = _model_logits_stats(model, ids, am, pos, resp_ids, want)
+    if chunk_tokens is None:
+        logp, entropy, hs = _model_logits_stats(model, ids, am, pos, resp_ids, want)
     else:
-        out = model.get_decoder()(input_ids=ids, attention_mask=am, position_ids=pos, output_hidden_states=want, use_cache=False)
-        h = out.last_hidden_state[:, -T - 1:-1]  # (B, T, d) column P-1+t predicts response token t
-        logp, entropy = token_stats(h.reshape(B * T, -1), model.get_output_embeddings(), resp_ids.reshape(-1), chunk_tokens)
+        out = model.get_decoder()(
+            input_ids=ids,
+            attention_mask=am,
+            position_ids=pos,
+            output_hidden_states=want,
+            use_cache=False,
+        )
+        # (B, T, d) column P-1+t predicts response token t
+        h = out.last_hidden_state[:, -T - 1 : -1]
+        logp, entropy = token_stats(
+            h.reshape(B * T, -1), model.get_output_embeddings(), resp_ids.reshape(-1), chunk_tokens
+        )
         logp, entropy, hs = logp.view(B, T), entropy.view(B, T), out.hidden_states
     return logp, entropy, hs[hidden_layer][:, -T:] if want else None  # (B, T), (B, T), (B, T, d)
 
@@ -199,71 +311,134 @@ def policy_forward(
 _PEAK_SCRIPT = r'''
 import resource, sys, torch
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3, encode_prompts, policy_forward
-B, T, V, chunk, grad = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5] == '1'
-chunk = None if chunk == 'none' else int(chunk)
-torch.set_num_threads(1); tok = char_tokenizer(); m = tiny_qwen3(tok, hidden_size=32, vocab_size=V)
-pi, pm = encode_prompts(tok, ['1+2='] * B); ri = torch.randint(0, len(tok), (B, T)); rm = torch.ones(B, T, dtype=torch.bool)
-with torch.no_grad(): policy_forward(m, pi[:1], pm[:1], ri[:1, :2], rm[:1, :2], chunk_tokens=chunk)  # warm-up
-rss = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB
+B, T, V = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+chunk = None if sys.argv[4] == 'none' else int(sys.argv[4])
+grad = sys.argv[5] == '1'
+torch.set_num_threads(1)
+tok = char_tokenizer()
+m = tiny_qwen3(tok, hidden_size=32, vocab_size=V)
+pi, pm = encode_prompts(tok, ['1+2='] * B)
+ri = torch.randint(0, len(tok), (B, T))
+rm = torch.ones(B, T, dtype=torch.bool)
+with torch.no_grad():  # warm-up
+    policy_forward(m, pi[:1], pm[:1], ri[:1, :2], rm[:1, :2], chunk_tokens=chunk)
+
+
+def rss():  # MiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 before = rss()
 with torch.set_grad_enabled(grad):
     lp = policy_forward(m, pi, pm, ri, rm, chunk_tokens=chunk)[0]
-    if grad: lp.sum().backward()
+    if grad:
+        lp.sum().backward()
 print(rss() - before)
 '''
 
-def peak_rss_mib(B:int, T:int, V:int=151_936, # batch, response length, vocabulary
-                 chunk_tokens:int|None=256, grad:bool=False) -> float:
-    "Growth of peak RSS (MiB) of one `policy_forward` (and backward if `grad`) on a tiny Qwen3 with vocabulary V, in a fresh process."
-    args = [str(B), str(T), str(V), 'none' if chunk_tokens is None else str(chunk_tokens), '1' if grad else '0']
-    r = subprocess.run([sys.executable, '-c', _PEAK_SCRIPT, *args], capture_output=True, text=True, check=True)
+
+def peak_rss_mib(
+    B: int,  # batch
+    T: int,  # response length
+    V: int = 151_936,  # vocabulary
+    chunk_tokens: int | None = 256,
+    grad: bool = False,
+) -> float:
+    """Growth of peak RSS (MiB) of one `policy_forward` (and backward if `grad`) on a tiny Qwen3
+    with
+    vocabulary V, in a fresh process."""
+    args = [
+        str(B),
+        str(T),
+        str(V),
+        'none' if chunk_tokens is None else str(chunk_tokens),
+        '1' if grad else '0',
+    ]
+    r = subprocess.run(
+        [sys.executable, '-c', _PEAK_SCRIPT, *args], capture_output=True, text=True, check=True
+    )
     return float(r.stdout.split()[-1])
 
 # %% ../../nbs/4_train/15_policy.ipynb #8e2a3c6b
-def append_jsonl(path, row:dict):
+def append_jsonl(path, row: dict):
     "Append one JSON line and flush it to disk."
     with open(path, 'a') as f:
-        f.write(json.dumps(row) + '\n'); f.flush(); os.fsync(f.fileno())
+        f.write(json.dumps(row) + '\n')
+        f.flush()
+        os.fsync(f.fileno())
+
 
 def read_jsonl(path) -> list:
     "The JSON objects of a metrics file ([] if none); a torn last line is skipped with a warning."
     path = Path(path)
-    if not path.exists(): return []
+    if not path.exists():
+        return []
     lines, rows = path.read_text(encoding='utf-8-sig').split('\n'), []  # '' after a whole line
     for k, line in enumerate(lines, 1):
-        if not line.strip(): continue
-        try: row = json.loads(line)
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
         except json.JSONDecodeError as e:
             if k == len(lines):  # no newline after it: a write cut short; a resume redoes it
                 warnings.warn(f"{path}:{k}: torn last line skipped (a write cut short)")
                 continue
-            raise ValueError(f"{path}:{k}: not valid JSON ({e.msg}, column {e.colno}); the file "
-                             "is damaged: restore it, or move its run folder aside") from None
+            raise ValueError(
+                f"{path}:{k}: not valid JSON ({e.msg}, column {e.colno}); the file "
+                "is damaged: restore it, or move its run folder aside"
+            ) from None
         if not isinstance(row, dict):
             raise ValueError(f"{path}:{k}: expected a JSON object, got {type(row).__name__}")
         rows.append(row)
     return rows
 
-def read_json(path, fix:str) -> object:
+
+def read_json(path, fix: str) -> object:
     "A JSON file; a damaged one raises ValueError naming the file, the fault and `fix`."
-    try: return json.loads(Path(path).read_text(encoding='utf-8-sig'))
+    try:
+        return json.loads(Path(path).read_text(encoding='utf-8-sig'))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path} is damaged ({e}): {fix}") from None
 
 # %% ../../nbs/4_train/15_policy.ipynb #5634d1b3
-def save_checkpoint(run_dir, model, tokenizer, opt, step:int, generator, rng:random.Random, memory:dict|None=None):
-    "Model, tokenizer and trainer state (step, optimizer, random generators) into `run_dir/ckpt`, atomically."
-    run_dir = Path(run_dir); tmp = run_dir / 'ckpt.tmp'
-    if tmp.exists(): shutil.rmtree(tmp)
-    model.save_pretrained(tmp); tokenizer.save_pretrained(tmp)
-    torch.save(dict(step=step, opt=opt.state_dict(), gen=generator.get_state(), rng=rng.getstate(), memory=memory or {}), tmp / 'trainer.pt')
+def save_checkpoint(
+    run_dir,
+    model,
+    tokenizer,
+    opt,
+    step: int,
+    generator,
+    rng: random.Random,
+    memory: dict | None = None,
+):
+    """Model, tokenizer and trainer state (step, optimizer, random generators) into `run_dir/ckpt`,
+    atomically."""
+    run_dir = Path(run_dir)
+    tmp = run_dir / 'ckpt.tmp'
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    torch.save(
+        dict(
+            step=step,
+            opt=opt.state_dict(),
+            gen=generator.get_state(),
+            rng=rng.getstate(),
+            memory=memory or {},
+        ),
+        tmp / 'trainer.pt',
+    )
     replace_dir(tmp, run_dir / 'ckpt')
 
-def load_trainer_state(run_dir, mmap:bool=False) -> dict|None:
+
+def load_trainer_state(run_dir, mmap: bool = False) -> dict | None:
     "The trainer state of a run's last complete checkpoint, or None; names a damaged file."
     for d in (Path(run_dir) / 'ckpt', Path(run_dir) / 'ckpt.old'):
-        if not (d / 'trainer.pt').exists(): continue
-        try: return torch.load(d / 'trainer.pt', weights_only=False, mmap=mmap) | dict(path=d)
+        if not (d / 'trainer.pt').exists():
+            continue
+        try:
+            return torch.load(d / 'trainer.pt', weights_only=False, mmap=mmap) | dict(path=d)
         except Exception as e:
             raise ValueError(f"{d / 'trainer.pt'} is damaged ({type(e).__name__}: {e})") from None
     return None

@@ -4,7 +4,10 @@
 
 # %% ../../nbs/4_train/16_rl.ipynb #ace8bec9
 from __future__ import annotations
-import json, os, random, shutil, time
+import json
+import os
+import random
+import time
 from dataclasses import dataclass, asdict
 from functools import partial
 from pathlib import Path
@@ -12,11 +15,28 @@ import torch
 from ..rlvr.data import sum_task
 from ..rlvr.countdown import sum_demo
 from ..rlvr.basics import extract_boxed, mean_accuracy, mean_pass_at_k
-from ..rlvr.grpo import group_advantages, ppo_clip_loss, masked_mean, dynamic_sampling_mask, overlong_penalty
+from hara_ref.rlvr.grpo import (
+    group_advantages,
+    ppo_clip_loss,
+    masked_mean,
+    dynamic_sampling_mask,
+    overlong_penalty,
+)
 from ..hara.weights import hara_advantages, reweight_advantages
-from .policy import (replace_dir, load_policy, save_policy, encode_prompts, pad_id, sample, policy_forward,
-                             append_jsonl, read_jsonl, read_json, save_checkpoint,
-                             load_trainer_state, checkpoint_problem)
+from hara_ref.train.policy import (
+    load_policy,
+    save_policy,
+    encode_prompts,
+    pad_id,
+    sample,
+    policy_forward,
+    append_jsonl,
+    read_jsonl,
+    read_json,
+    save_checkpoint,
+    load_trainer_state,
+    checkpoint_problem,
+)
 
 # %% auto #0
 __all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'REWEIGHTS', 'ALLOCATIONS', 'LOSS_AGG', 'HOOK_HOME', 'builtin_items', 'load_jsonl',
@@ -25,134 +45,237 @@ __all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'REWEIGHTS', 'ALLOCATIONS', 'LOSS_AG
            'ppo_update', 'config_changes', 'resume_point', 'progress_bar', 'train_run']
 
 # %% ../../nbs/4_train/16_rl.ipynb #779adce1
-MATH_TEMPLATE = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\n"
+MATH_TEMPLATE = (
+    "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}.\n"
+)
 
-def builtin_items(n:int, split:str='train', seed:int=0, n_terms:int=3, max_value:int=49, distinct:bool=False,
-                  task=None, # a `Task` (chapter 03_countdown); None: the addition task with n_terms, max_value
-                 ) -> list:
-    "`n` problems of a built-in task as `{'prompt', 'answer', 'problem'}` dicts (`distinct`: no repeated prompt)."
+
+def builtin_items(
+    n: int,
+    split: str = 'train',
+    seed: int = 0,
+    n_terms: int = 3,
+    max_value: int = 49,
+    distinct: bool = False,
+    # a `Task` (chapter 03_countdown); None: the addition task with n_terms, max_value
+    task=None,
+) -> list:
+    """`n` problems of a built-in task as `{'prompt', 'answer', 'problem'}` dicts (`distinct`: no
+    repeated prompt)."""
     m = 4 * n if distinct else n
-    probs = sum_task(m, split, seed=seed, n_terms=n_terms, max_value=max_value) if task is None else task.problems(m, split, seed)
-    if distinct: probs = list({p.prompt: p for p in probs}.values())[:n]
+    probs = (
+        sum_task(m, split, seed=seed, n_terms=n_terms, max_value=max_value)
+        if task is None
+        else task.problems(m, split, seed)
+    )
+    if distinct:
+        probs = list({p.prompt: p for p in probs}.values())[:n]
     return [dict(prompt=p.prompt, answer=p.answer, problem=p) for p in probs]
 
-def _problem_of(row:dict, where:str) -> str:
+
+def _problem_of(row: dict, where: str) -> str:
     "The `problem` field of a data line: a non-empty string."
     p = row.get('problem')
-    if p is None: raise ValueError(f"{where}: field 'problem' is missing (or null)")
+    if p is None:
+        raise ValueError(f"{where}: field 'problem' is missing (or null)")
     if not isinstance(p, str) or not p.strip():
         raise ValueError(f"{where}: field 'problem' must be a non-empty string, got {p!r}")
     return p
 
-def _answer_of(row:dict, where:str) -> str:
+
+def _answer_of(row: dict, where: str) -> str:
     "The `answer` of a data line (a string or a number, 0 too), else the box of its `solution`."
     a, sol = row.get('answer'), row.get('solution')
     no = f"{where}: field 'answer' is missing (or null)"
     if a is not None:
         if isinstance(a, bool) or not isinstance(a, (str, int, float)) or not str(a).strip():
-            raise ValueError(f"{where}: field 'answer' must be a non-empty string or a number, "
-                             f"got {a!r}")
+            raise ValueError(
+                f"{where}: field 'answer' must be a non-empty string or a number, got {a!r}"
+            )
         return str(a)
-    if sol is None: raise ValueError(f"{no} and there is no 'solution' to take it from")
+    if sol is None:
+        raise ValueError(f"{no} and there is no 'solution' to take it from")
     boxed = extract_boxed(sol)
     if not boxed or not boxed.strip():
         raise ValueError(f"{no} and field 'solution' has no \\boxed{{...}} answer")
     return boxed
 
-def load_jsonl(path, template:str=MATH_TEMPLATE) -> list:
+
+def load_jsonl(path, template: str = MATH_TEMPLATE) -> list:
     "MATH-style JSON lines (`problem`; `answer`, or a `solution`'s box) as prompt-answer dicts."
     path = Path(path)
-    if not path.is_file(): raise FileNotFoundError(f"data file {str(path)!r} does not exist")
+    if not path.is_file():
+        raise FileNotFoundError(f"data file {str(path)!r} does not exist")
     items = []
     for k, line in enumerate(path.read_text(encoding='utf-8-sig').splitlines(), 1):  # drops a BOM
-        if not line.strip(): continue
+        if not line.strip():
+            continue
         where = f"{path}:{k}"
-        try: row = json.loads(line)
+        try:
+            row = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{where}: not valid JSON ({e.msg}, column {e.colno})") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{where}: expected a JSON object with 'problem' and 'answer', "
-                             f"got {type(row).__name__}")
+            raise ValueError(
+                f"{where}: expected a JSON object with 'problem' and 'answer', "
+                f"got {type(row).__name__}"
+            )
         problem, answer = _problem_of(row, where), _answer_of(row, where)
         items.append(dict(prompt=template.format(problem=problem), answer=answer))
-    if not items: raise ValueError(f"data file {str(path)!r} is empty")
+    if not items:
+        raise ValueError(f"data file {str(path)!r} is empty")
     return items
 
 # %% ../../nbs/4_train/16_rl.ipynb #2f865858
-def sft_batch(tokenizer, problems:list, rng:random.Random, device=None,
-              p_shuffle:float=0.25, # probability that an example adds its terms in random order (else left to right)
-              demo=None, # demo(problem, rng) -> text or None (skipped); None: the addition task's scratchpad
-             ) -> tuple:
-    "Input ids, attention mask and labels (B, T) for SFT on demonstrations (default: scratchpads, the additions in random order with probability `p_shuffle`)."
-    bos, demo = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else [], demo or partial(sum_demo, p_shuffle=p_shuffle)
+def sft_batch(
+    tokenizer,
+    problems: list,
+    rng: random.Random,
+    device=None,
+    # probability that an example adds its terms in random order (else left to right)
+    p_shuffle: float = 0.25,
+    # demo(problem, rng) -> text or None (skipped); None: the addition task's scratchpad
+    demo=None,
+) -> tuple:
+    """Input ids, attention mask and labels (B, T) for SFT on demonstrations (default: scratchpads,
+    the additions in random order with probability `p_shuffle`)."""
+    bos, demo = (
+        [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else [],
+        demo or partial(sum_demo, p_shuffle=p_shuffle),
+    )
     rows, labs = [], []
     for p, text in [(p, demo(p, rng)) for p in problems]:
-        if text is None: continue
+        if text is None:
+            continue
         a = bos + tokenizer(p.prompt, add_special_tokens=False)['input_ids']
         b = tokenizer(text, add_special_tokens=False)['input_ids'] + [tokenizer.eos_token_id]
-        rows.append(a + b); labs.append([-100] * len(a) + b)
+        rows.append(a + b)
+        labs.append([-100] * len(a) + b)
     T, pad = max(map(len, rows)), pad_id(tokenizer)
     ids = torch.tensor([r + [pad] * (T - len(r)) for r in rows], device=device)  # (B, T)
     am = torch.tensor([[1] * len(r) + [0] * (T - len(r)) for r in rows], device=device)  # (B, T)
     labels = torch.tensor([l + [-100] * (T - len(l)) for l in labs], device=device)  # (B, T)
     return ids, am, labels
 
-def sft(model, tokenizer, problems:list, # `Problem`s of the training split
-        steps:int=600, batch_size:int=64, lr:float=3e-3, seed:int=0,
-        p_shuffle:float=0.25, # share of examples with the additions in random order
-        progress=None, # a tqdm bar to advance, or None
-        demo=None, # demo(problem, rng) -> text or None, e.g. a `Task`'s demo (None: addition scratchpads)
-       ) -> list: # loss per step
+
+def sft(
+    model,
+    tokenizer,
+    problems: list,  # `Problem`s of the training split
+    steps: int = 600,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+    p_shuffle: float = 0.25,  # share of examples with the additions in random order
+    progress=None,  # a tqdm bar to advance, or None
+    # demo(problem, rng) -> text or None, e.g. a `Task`'s demo (None: addition scratchpads)
+    demo=None,
+) -> list:  # loss per step
     "Supervised warm start (AdamW, warm-up then linear decay) on scratchpad solutions."
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1., (s + 1) / 50) * max(0.05, 1 - s / max(steps, 1)))
-    model.train(); losses = []
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 50) * max(0.05, 1 - s / max(steps, 1))
+    )
+    model.train()
+    losses = []
     for _ in range(steps):
-        ids, am, labels = sft_batch(tokenizer, rng.sample(problems, min(batch_size, len(problems))), rng, model.device, p_shuffle, demo)
+        ids, am, labels = sft_batch(
+            tokenizer,
+            rng.sample(problems, min(batch_size, len(problems))),
+            rng,
+            model.device,
+            p_shuffle,
+            demo,
+        )
         loss = model(input_ids=ids, attention_mask=am, labels=labels).loss
-        opt.zero_grad(); loss.backward(); torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0); opt.step(); sched.step()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
         losses.append(loss.item())
-        if progress is not None: progress.update(1); progress.set_postfix(loss=f"{losses[-1]:.3f}")
+        if progress is not None:
+            progress.update(1)
+            progress.set_postfix(loss=f"{losses[-1]:.3f}")
     return losses
 
 # %% ../../nbs/4_train/16_rl.ipynb #09efaa12
-def rewards_of(tokenizer, resp_ids, resp_mask, answers:list, reward_fn) -> tuple:
+def rewards_of(tokenizer, resp_ids, resp_mask, answers: list, reward_fn) -> tuple:
     "Rewards (B,) of decoded responses, and the texts."
-    texts = tokenizer.batch_decode(torch.where(resp_mask, resp_ids, pad_id(tokenizer)), skip_special_tokens=True)
+    texts = tokenizer.batch_decode(
+        torch.where(resp_mask, resp_ids, pad_id(tokenizer)), skip_special_tokens=True
+    )
     return torch.tensor([float(reward_fn(t, a)) for t, a in zip(texts, answers)]), texts
 
-def distinct_strategies(texts:list, answers:list, n_samples:int, strategy_fn) -> float:
-    "Mean over prompts of the number of distinct strategies among its `n_samples` correct responses (consecutive in `texts`)."
+
+def distinct_strategies(texts: list, answers: list, n_samples: int, strategy_fn) -> float:
+    """Mean over prompts of the number of distinct strategies among its `n_samples` correct
+    responses
+    (consecutive in `texts`)."""
     s = [strategy_fn(t, a) for t, a in zip(texts, answers)]
-    per = [len({x for x in s[i:i + n_samples] if x is not None}) for i in range(0, len(s), n_samples)]
+    per = [
+        len({x for x in s[i : i + n_samples] if x is not None}) for i in range(0, len(s), n_samples)
+    ]
     return sum(per) / len(per)
 
+
 @torch.no_grad()
-def evaluate(model, tokenizer, items:list, reward_fn, n_samples:int=4, temperature:float=1.0, max_new_tokens:int=48,
-             seed:int=1234, batch_size:int=512, max_prompt_len:int|None=None,
-             strategy_fn=None, # strategy_fn(text, answer) -> strategy of a correct response (a `Task`'s), for `strategies`
-            ) -> dict:
-    "Held-out pass@1 (avg@n), pass@n, pass@k for k = 1..n (`passk_curve`), mean response length, distinct correct strategies per prompt."
-    model.eval(); g = torch.Generator(device=model.device).manual_seed(seed)
+def evaluate(
+    model,
+    tokenizer,
+    items: list,
+    reward_fn,
+    n_samples: int = 4,
+    temperature: float = 1.0,
+    max_new_tokens: int = 48,
+    seed: int = 1234,
+    batch_size: int = 512,
+    max_prompt_len: int | None = None,
+    # strategy_fn(text, answer) -> strategy of a correct response (a `Task`'s), for `strategies`
+    strategy_fn=None,
+) -> dict:
+    """Held-out pass@1 (avg@n), pass@n, pass@k for k = 1..n (`passk_curve`), mean response length,
+    distinct correct strategies per prompt."""
+    model.eval()
+    g = torch.Generator(device=model.device).manual_seed(seed)
     prompts = [it['prompt'] for it in items for _ in range(n_samples)]
     answers = [it['answer'] for it in items for _ in range(n_samples)]
     R, L, texts = [], [], []
     for i in range(0, len(prompts), batch_size):
-        pi, pm = encode_prompts(tokenizer, prompts[i:i + batch_size], max_prompt_len, model.device)  # (b, P)
-        r, m = sample(model, pi, pm, max_new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), temperature, g)  # (b, T)
-        rw, tx = rewards_of(tokenizer, r, m, answers[i:i + batch_size], reward_fn); R.append(rw); texts += tx; L.append(m.sum(1).float().cpu())
+        # (b, P)
+        pi, pm = encode_prompts(
+            tokenizer, prompts[i : i + batch_size], max_prompt_len, model.device
+        )
+        # (b, T)
+        r, m = sample(
+            model, pi, pm, max_new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), temperature, g
+        )
+        rw, tx = rewards_of(tokenizer, r, m, answers[i : i + batch_size], reward_fn)
+        R.append(rw)
+        texts += tx
+        L.append(m.sum(1).float().cpu())
     c = torch.cat(R).reshape(len(items), n_samples)  # (prompts, n)
-    out = dict(pass1=mean_accuracy(c), passk=mean_pass_at_k(c, n_samples), k=n_samples, length=torch.cat(L).mean().item(),
-               passk_curve=[mean_pass_at_k(c, k) for k in range(1, n_samples + 1)])
-    return out | ({} if strategy_fn is None else dict(strategies=distinct_strategies(texts, answers, n_samples, strategy_fn)))
+    out = dict(
+        pass1=mean_accuracy(c),
+        passk=mean_pass_at_k(c, n_samples),
+        k=n_samples,
+        length=torch.cat(L).mean().item(),
+        passk_curve=[mean_pass_at_k(c, k) for k in range(1, n_samples + 1)],
+    )
+    return out | (
+        {}
+        if strategy_fn is None
+        else dict(strategies=distinct_strategies(texts, answers, n_samples, strategy_fn))
+    )
 
 # %% ../../nbs/4_train/16_rl.ipynb #rlone002
-def rl_step_reference(model, opt, tokenizer, items:list, reward_fn, generator:torch.Generator,
-                      credit:str='grpo', # 'grpo' (every token gets A_i) | 'hara' (HARA-tok weights)
-                      G:int=8, epochs:int=2, minibatches:int=2, max_new_tokens:int=40,
-                     ) -> dict: # seconds of each phase
-    "One RLVR step with GRPO or HARA-tok credit: sample, verify, score, advantages, PPO-clip updates."
+def rl_step_reference(
+    model, opt, tokenizer, items: list, reward_fn, generator: torch.Generator, credit: str = 'grpo'
+) -> dict:  # seconds of each phase
+    """One RLVR step with GRPO or HARA-tok credit (`credit` 'grpo' | 'hara') on `items` (dicts with
+    'prompt' and 'answer'): sample, verify, score, advantages, PPO-clip updates."""
+    G, epochs, minibatches, max_new_tokens = 8, 2, 2, 40  # `TrainConfig`'s defaults
     t, t0 = {}, time.perf_counter()
     prompts = [it['prompt'] for it in items for _ in range(G)]  # B = len(items) * G
     answers = [it['answer'] for it in items for _ in range(G)]
@@ -165,11 +288,14 @@ def rl_step_reference(model, opt, tokenizer, items:list, reward_fn, generator:to
     r = rewards_of(tokenizer, ri, rm, answers, reward_fn)[0]  # (B,) r(q, o_i) in {0, 1}
     t['verify'], t0 = time.perf_counter() - t0, time.perf_counter()
     with torch.no_grad():  # log pi_old, and the last layer's hidden states for HARA
-        old_logp, _, hidden = policy_forward(model, pi, pm, ri, rm, -1 if credit == 'hara' else None)
+        old_logp, _, hidden = policy_forward(
+            model, pi, pm, ri, rm, -1 if credit == 'hara' else None
+        )
     t['score'], t0 = time.perf_counter() - t0, time.perf_counter()
     if credit == 'hara':  # A_i w_{i,t}: HARA-tok's weights on GRPO's advantages
         A = hara_advantages(hidden.float(), rm, r, group_ids)[0]  # (B, T)
-    else: A = group_advantages(r, group_ids)[:, None] * rm  # (B, T) A_i on every token
+    else:
+        A = group_advantages(r, group_ids)[:, None] * rm  # (B, T) A_i on every token
     t['credit'], t0 = time.perf_counter() - t0, time.perf_counter()
     model.train()
     for _ in range(epochs):  # PPO-clip, Eq. (8), on shuffled minibatches
@@ -184,188 +310,372 @@ def rl_step_reference(model, opt, tokenizer, items:list, reward_fn, generator:to
     return t
 
 # %% ../../nbs/4_train/16_rl.ipynb #029c8aca
-BASE_METHODS = ('grpo', 'drgrpo', 'dapo', 'rloo', 'hp-rlvr')  # hp-rlvr: one rollout per prompt, hindsight credit (chapter 27_hp_rlvr)
+# hp-rlvr: one rollout per prompt, hindsight credit (chapter 27_hp_rlvr)
+BASE_METHODS = ('grpo', 'drgrpo', 'dapo', 'rloo', 'hp-rlvr')
 REWEIGHTS = ('none', 'hara-seq', 'hara-tok', 'shear', 'entropy', 'position')
 ALLOCATIONS = ('uniform', 'hora')  # rollouts per prompt: G each, or HORA (chapter 26_hora)
-LOSS_AGG = {'grpo': 'seq-mean-token-mean', 'drgrpo': 'seq-mean-token-sum-norm', 'dapo': 'token-mean', 'rloo': 'seq-mean-token-mean', 'hp-rlvr': 'seq-mean-token-mean'}  # verl loss_agg_mode
+# verl loss_agg_mode
+LOSS_AGG = {
+    'grpo': 'seq-mean-token-mean',
+    'drgrpo': 'seq-mean-token-sum-norm',
+    'dapo': 'token-mean',
+    'rloo': 'seq-mean-token-mean',
+    'hp-rlvr': 'seq-mean-token-mean',
+}
+
 
 @dataclass
 class TrainConfig:
-    "Every knob of a training run, checked on construction (the flags of `hara-ref train` are generated from it)."
-    method:str = 'grpo'          # base advantages: 'grpo' | 'drgrpo' | 'dapo' | 'rloo'; or 'hp-rlvr' (chapter 27_hp_rlvr)
-    reweight:str = 'none'        # credit assignment: 'none' | 'hara-seq' | 'hara-tok' | 'shear' | 'entropy' | 'position'
-    group_size:int = 8           # G rollouts per prompt (paper: 16)
-    prompts_per_step:int = 8     # prompts per RL step
-    steps:int = 60               # RL steps
-    lr:float = 3e-5              # AdamW learning rate of the RL phase
-    ppo_epochs:int = 2           # passes over each batch ...
-    minibatches:int = 2          # ... in this many minibatches: ppo_epochs * minibatches updates per step
-    clip_eps_low:float = 0.2
-    clip_eps_high:float|None = None # None: 0.2, or DAPO's clip-higher 0.28 for method='dapo'
-    beta:float = 0.0             # k3 KL to the start policy (paper: 0)
-    temperature:float = 1.0
-    max_new_tokens:int = 40
-    max_prompt_len:int = 512
-    overlong_cache:int = 8       # DAPO soft overlong punishment: length of the ramp
-    alpha:float = 0.25           # HARA: FGW trade-off (0: W only, 1: GW only)
-    metric:str = 'fgw'           # HARA novelty metric: 'fgw' | 'w' | 'gw' | 'embed' (chapter 12_novelty)
-    barycenter:str = 'linearized' # HARA: 'linearized' (chapter 24_barycenters) | 'exact' (chapter 25_exact)
-    L_b:int = 32                 # HARA: barycenter size
-    reg:float = 0.05             # HARA: entropic regulariser
-    hidden_layer:int = -1        # hidden_states index for HARA/SHEAR (-1: last layer)
-    bary_iters:int|None = None   # HARA: cap on barycenter iterations (None: the oracle's converged defaults)
-    sinkhorn_iters:int|None = None # HARA / SHEAR: cap on Sinkhorn iterations per solve (None: their defaults)
-    eval_every:int = 10
-    eval_prompts:int = 100
-    eval_samples:int = 4         # n of pass@1 (avg@n) and k of pass@k
-    save_every:int = 1           # checkpoint every this many steps (1: a kill loses at most the current step)
-    seed:int = 0
-    allocation:str = 'uniform'   # rollouts per prompt: 'uniform' (G each) | 'hora' (first wave, rest by hit utility; chapter 26_hora)
-    first_wave:int = 0           # HORA: first-wave rollouts per prompt (0: max(2, G // 2))
+    """Every knob of a training run, checked on construction (the flags of `hara-ref train` are
+    generated from it)."""
+
+    # base advantages: 'grpo' | 'drgrpo' | 'dapo' | 'rloo'; or 'hp-rlvr' (chapter 27_hp_rlvr)
+    method: str = 'grpo'
+    # credit assignment: 'none' | 'hara-seq' | 'hara-tok' | 'shear' | 'entropy' | 'position'
+    reweight: str = 'none'
+    group_size: int = 8  # G rollouts per prompt (paper: 16)
+    prompts_per_step: int = 8  # prompts per RL step
+    steps: int = 60  # RL steps
+    lr: float = 3e-5  # AdamW learning rate of the RL phase
+    ppo_epochs: int = 2  # passes over each batch ...
+    # ... in this many minibatches: ppo_epochs * minibatches updates per step
+    minibatches: int = 2
+    clip_eps_low: float = 0.2
+    clip_eps_high: float | None = None  # None: 0.2, or DAPO's clip-higher 0.28 for method='dapo'
+    beta: float = 0.0  # k3 KL to the start policy (paper: 0)
+    temperature: float = 1.0
+    max_new_tokens: int = 40
+    max_prompt_len: int = 512
+    overlong_cache: int = 8  # DAPO soft overlong punishment: length of the ramp
+    alpha: float = 0.25  # HARA: FGW trade-off (0: W only, 1: GW only)
+    # HARA novelty metric: 'fgw' | 'w' | 'gw' | 'embed' (chapter 12_novelty)
+    metric: str = 'fgw'
+    # HARA: 'linearized' (chapter 24_barycenters) | 'exact' (chapter 25_exact)
+    barycenter: str = 'linearized'
+    L_b: int = 32  # HARA: barycenter size
+    reg: float = 0.05  # HARA: entropic regulariser
+    hidden_layer: int = -1  # hidden_states index for HARA/SHEAR (-1: last layer)
+    # HARA: cap on barycenter iterations (None: the oracle's converged defaults)
+    bary_iters: int | None = None
+    # HARA / SHEAR: cap on Sinkhorn iterations per solve (None: their defaults)
+    sinkhorn_iters: int | None = None
+    eval_every: int = 10
+    eval_prompts: int = 100
+    eval_samples: int = 4  # n of pass@1 (avg@n) and k of pass@k
+    # checkpoint every this many steps (1: a kill loses at most the current step)
+    save_every: int = 1
+    seed: int = 0
+    # rollouts per prompt: 'uniform' (G each) | 'hora' (first wave, rest by hit utility; chapter
+    # 26_hora)
+    allocation: str = 'uniform'
+    first_wave: int = 0  # HORA: first-wave rollouts per prompt (0: max(2, G // 2))
 
     def __post_init__(self):
-        if self.clip_eps_high is None: self.clip_eps_high = 0.28 if self.method == 'dapo' else 0.2
-        for msg in train_config_errors(self): raise ValueError(msg)
+        if self.clip_eps_high is None:
+            self.clip_eps_high = 0.28 if self.method == 'dapo' else 0.2
+        for msg in train_config_errors(self):
+            raise ValueError(msg)
 
-def train_config_errors(cfg:TrainConfig) -> list:
-    "What is wrong with `cfg`, one message per problem (a field is named in backticks, or by its name with an underscore)."
+
+def train_config_errors(cfg: TrainConfig) -> list:
+    """What is wrong with `cfg`, one message per problem (a field is named in backticks, or by its
+    name with an underscore)."""
     G, bad = cfg.group_size, []
-    if cfg.method not in BASE_METHODS: bad.append(f"unknown `method` {cfg.method!r}: use one of {BASE_METHODS}")
-    if cfg.reweight not in REWEIGHTS: bad.append(f"unknown `reweight` {cfg.reweight!r}: use one of {REWEIGHTS}")
-    if cfg.allocation not in ALLOCATIONS: bad.append(f"`allocation` must be one of {ALLOCATIONS}, got {cfg.allocation!r}")
-    if cfg.method == 'hp-rlvr':  # one rollout per prompt, its own token credit, uniform allocation (chapter 27_hp_rlvr)
-        if cfg.reweight != 'none': bad.append("`method` hp-rlvr has its own token credit: use `reweight` none")
-        if G != 1: bad.append(f"`method` hp-rlvr samples one rollout per prompt, got group_size {G}")
-        if cfg.allocation != 'uniform': bad.append("`allocation` hora needs a group-based method, not hp-rlvr")
-    elif G < 2: bad.append(f"group_size must be >= 2 (group advantages need two rollouts), got {G}")
-    if cfg.first_wave and not 2 <= cfg.first_wave <= G: bad.append(f"first_wave must be in [2, group_size] (or 0), got {cfg.first_wave}")
-    if cfg.steps < 0: bad.append(f"steps must be >= 0, got {cfg.steps}")
-    for k in ('prompts_per_step', 'ppo_epochs', 'minibatches', 'eval_every', 'eval_prompts', 'eval_samples', 'save_every', 'max_new_tokens', 'L_b'):
-        if getattr(cfg, k) < 1: bad.append(f"{k} must be positive, got {getattr(cfg, k)}")
-    if not 0 <= cfg.alpha <= 1 or cfg.reg <= 0 or not 0 <= cfg.temperature: bad.append("need 0 <= alpha <= 1, reg > 0, temperature >= 0")
-    if cfg.metric not in ('fgw', 'w', 'gw', 'embed') or cfg.barycenter not in ('linearized', 'exact'): bad.append(f"`metric` must be fgw|w|gw|embed and `barycenter` linearized|exact, got {cfg.metric!r}, {cfg.barycenter!r}")
+    if cfg.method not in BASE_METHODS:
+        bad.append(f"unknown `method` {cfg.method!r}: use one of {BASE_METHODS}")
+    if cfg.reweight not in REWEIGHTS:
+        bad.append(f"unknown `reweight` {cfg.reweight!r}: use one of {REWEIGHTS}")
+    if cfg.allocation not in ALLOCATIONS:
+        bad.append(f"`allocation` must be one of {ALLOCATIONS}, got {cfg.allocation!r}")
+    # one rollout per prompt, its own token credit, uniform allocation (chapter 27_hp_rlvr)
+    if cfg.method == 'hp-rlvr':
+        if cfg.reweight != 'none':
+            bad.append("`method` hp-rlvr has its own token credit: use `reweight` none")
+        if G != 1:
+            bad.append(f"`method` hp-rlvr samples one rollout per prompt, got group_size {G}")
+        if cfg.allocation != 'uniform':
+            bad.append("`allocation` hora needs a group-based method, not hp-rlvr")
+    elif G < 2:
+        bad.append(f"group_size must be >= 2 (group advantages need two rollouts), got {G}")
+    if cfg.first_wave and not 2 <= cfg.first_wave <= G:
+        bad.append(f"first_wave must be in [2, group_size] (or 0), got {cfg.first_wave}")
+    if cfg.steps < 0:
+        bad.append(f"steps must be >= 0, got {cfg.steps}")
+    for k in (
+        'prompts_per_step',
+        'ppo_epochs',
+        'minibatches',
+        'eval_every',
+        'eval_prompts',
+        'eval_samples',
+        'save_every',
+        'max_new_tokens',
+        'L_b',
+    ):
+        if getattr(cfg, k) < 1:
+            bad.append(f"{k} must be positive, got {getattr(cfg, k)}")
+    if not 0 <= cfg.alpha <= 1 or cfg.reg <= 0 or not 0 <= cfg.temperature:
+        bad.append("need 0 <= alpha <= 1, reg > 0, temperature >= 0")
+    if cfg.metric not in ('fgw', 'w', 'gw', 'embed') or cfg.barycenter not in (
+        'linearized',
+        'exact',
+    ):
+        bad.append(
+            "`metric` must be fgw|w|gw|embed and `barycenter` linearized|exact, got "
+            f"{cfg.metric!r}, {cfg.barycenter!r}"
+        )
     return bad
 
-def needs_hidden(cfg:TrainConfig) -> bool:
+
+def needs_hidden(cfg: TrainConfig) -> bool:
     "Does the reweighting read the policy's hidden states?"
     return cfg.reweight in ('hara-seq', 'hara-tok', 'shear')
 
 # %% ../../nbs/4_train/16_rl.ipynb #83226c37
-def credit_advantages(cfg:TrainConfig, hidden, mask, rewards, group_ids, entropy) -> tuple:
-    "Token advantages (B, T) from base advantages and the reweighting `cfg.reweight`, and weight statistics."
-    kw, cap = {}, {} if cfg.sinkhorn_iters is None else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters))
+def credit_advantages(cfg: TrainConfig, hidden, mask, rewards, group_ids, entropy) -> tuple:
+    """Token advantages (B, T) from base advantages and the reweighting `cfg.reweight`, and weight
+    statistics."""
+    kw, cap = (
+        {},
+        {}
+        if cfg.sinkhorn_iters is None
+        else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters)),
+    )
     if cfg.reweight.startswith('hara'):
         bk = {} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)
-        kw = dict(metric=cfg.metric, barycenter=cfg.barycenter, alpha=cfg.alpha, L_b=cfg.L_b, reg=cfg.reg, bary_kw={**bk, **({} if cfg.sinkhorn_iters is None else dict(inner_iter=cfg.sinkhorn_iters))}, **cap)
-    elif cfg.reweight == 'shear': kw = dict(reg=cfg.reg, **cap)
+        kw = dict(
+            metric=cfg.metric,
+            barycenter=cfg.barycenter,
+            alpha=cfg.alpha,
+            L_b=cfg.L_b,
+            reg=cfg.reg,
+            bary_kw={
+                **bk,
+                **({} if cfg.sinkhorn_iters is None else dict(inner_iter=cfg.sinkhorn_iters)),
+            },
+            **cap,
+        )
+    elif cfg.reweight == 'shear':
+        kw = dict(reg=cfg.reg, **cap)
     h = hidden.float() if hidden is not None else None
-    A, rw = reweight_advantages(cfg.reweight, h, mask, rewards, group_ids, base=cfg.method, logits_entropy=entropy, **kw)  # (B, T)
+    # (B, T)
+    A, rw = reweight_advantages(
+        cfg.reweight, h, mask, rewards, group_ids, base=cfg.method, logits_entropy=entropy, **kw
+    )
     sel = mask & (rw.base != 0)[:, None]  # (B, T) tokens whose weight matters
     w = rw.weights[sel] if sel.any() else torch.ones(1)
-    stats = dict(w_mean=w.mean().item(), w_std=w.std().item() if w.numel() > 1 else 0., w_min=w.min().item(), w_max=w.max().item())
+    stats = dict(
+        w_mean=w.mean().item(),
+        w_std=w.std().item() if w.numel() > 1 else 0.0,
+        w_min=w.min().item(),
+        w_max=w.max().item(),
+    )
     return A.to(torch.float32), stats
 
 # %% ../../nbs/4_train/16_rl.ipynb #hooks002
-HOOK_HOME = {'step': 'hara_ref.appendix.hp_rlvr', 'rollouts': 'hara_ref.appendix.hora'}  # who exports `HOOKS`
+# who exports `HOOKS`
+HOOK_HOME = {'step': 'hara_ref.appendix.hp_rlvr', 'rollouts': 'hara_ref.appendix.hora'}
 
-def need_hook(cfg:TrainConfig, hooks:dict|None, name:str):
+
+def need_hook(cfg: TrainConfig, hooks: dict | None, name: str):
     "The hook `name` that `cfg` needs, or a ValueError saying where it comes from."
     fn = (hooks or {}).get(name)
     if fn is None:
         what = f"method={cfg.method!r}" if name == 'step' else f"allocation={cfg.allocation!r}"
-        raise ValueError(f"TrainConfig({what}) needs the {name!r} hook: pass hooks={HOOK_HOME[name]}.HOOKS")
+        raise ValueError(
+            f"TrainConfig({what}) needs the {name!r} hook: pass hooks={HOOK_HOME[name]}.HOOKS"
+        )
     return fn
 
-def needed_hooks(cfg:TrainConfig) -> tuple:
+
+def needed_hooks(cfg: TrainConfig) -> tuple:
     "Names of the hooks a run of `cfg` needs."
-    return (('step',) if cfg.method == 'hp-rlvr' else ()) + (('rollouts',) if cfg.allocation == 'hora' else ())
+    return (('step',) if cfg.method == 'hp-rlvr' else ()) + (
+        ('rollouts',) if cfg.allocation == 'hora' else ()
+    )
 
 # %% ../../nbs/4_train/16_rl.ipynb #97c904a5
-def rl_step(model, opt, tokenizer, items:list, cfg:TrainConfig, reward_fn,
-            generator:torch.Generator, # drives sampling and minibatch shuffling
-            ref_model=None, # frozen start policy, only when cfg.beta > 0
-            memory:dict|None=None, # state kept across steps and checkpoints (HP-RLVR's reward history)
-            hooks:dict|None=None, # extensions: {'step': fn} (HP-RLVR), {'rollouts': fn} (HORA); see `need_hook`
-           ) -> dict: # metrics of the step
-    "One RLVR step: G rollouts per prompt, rewards, base advantages, optional reweighting, PPO-clip micro-steps."
-    if cfg.method == 'hp-rlvr':  # one rollout per prompt, its own credit: the whole step is the extension's
+def rl_step(
+    model,
+    opt,
+    tokenizer,
+    items: list,
+    cfg: TrainConfig,
+    reward_fn,
+    generator: torch.Generator,  # drives sampling and minibatch shuffling
+    ref_model=None,  # frozen start policy, only when cfg.beta > 0
+    # state kept across steps and checkpoints (HP-RLVR's reward history)
+    memory: dict | None = None,
+    # extensions: {'step': fn} (HP-RLVR), {'rollouts': fn} (HORA); see `need_hook`
+    hooks: dict | None = None,
+) -> dict:  # metrics of the step
+    """One RLVR step: G rollouts per prompt, rewards, base advantages, optional reweighting,
+    PPO-clip
+    micro-steps."""
+    # one rollout per prompt, its own credit: the whole step is the extension's
+    if cfg.method == 'hp-rlvr':
         step = need_hook(cfg, hooks, 'step')
         return step(model, opt, tokenizer, items, cfg, reward_fn, generator, ref_model, memory)
     t, t0, G, dev, info = {}, time.perf_counter(), cfg.group_size, model.device, {}
-    if cfg.allocation == 'hora':  # a first wave, then the rest of the N*G budget: the extension's rollouts
+    # a first wave, then the rest of the N*G budget: the extension's rollouts
+    if cfg.allocation == 'hora':
         rollouts = need_hook(cfg, hooks, 'rollouts')
-        pi, pm, ri, rm, answers, group_ids, info = rollouts(model, tokenizer, items, cfg, reward_fn, generator)
+        pi, pm, ri, rm, answers, group_ids, info = rollouts(
+            model, tokenizer, items, cfg, reward_fn, generator
+        )
     else:
         answers = [it['answer'] for it in items for _ in range(G)]
         group_ids = torch.arange(len(items), device=dev).repeat_interleave(G)  # (B,)
-        pi, pm = encode_prompts(tokenizer, [it['prompt'] for it in items for _ in range(G)], cfg.max_prompt_len, dev)  # (B, P)
+        # (B, P)
+        pi, pm = encode_prompts(
+            tokenizer, [it['prompt'] for it in items for _ in range(G)], cfg.max_prompt_len, dev
+        )
         model.eval()
-        ri, rm = sample(model, pi, pm, cfg.max_new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), cfg.temperature, generator)  # (B, T)
-    t['gen'] = time.perf_counter() - t0; t0 = time.perf_counter()
+        # (B, T)
+        ri, rm = sample(
+            model,
+            pi,
+            pm,
+            cfg.max_new_tokens,
+            tokenizer.eos_token_id,
+            pad_id(tokenizer),
+            cfg.temperature,
+            generator,
+        )
+    t['gen'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     correct = rewards_of(tokenizer, ri, rm, answers, reward_fn)[0].to(dev)  # (B,)
     lengths = rm.sum(1)  # (B,)
-    rewards = correct + overlong_penalty(lengths, cfg.max_new_tokens, min(cfg.overlong_cache, cfg.max_new_tokens)).to(dev) if cfg.method == 'dapo' else correct
-    t['reward'] = time.perf_counter() - t0; t0 = time.perf_counter()
+    rewards = (
+        correct
+        + overlong_penalty(
+            lengths, cfg.max_new_tokens, min(cfg.overlong_cache, cfg.max_new_tokens)
+        ).to(dev)
+        if cfg.method == 'dapo'
+        else correct
+    )
+    t['reward'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     with torch.no_grad():
-        old_logp, entropy, hidden = policy_forward(model, pi, pm, ri, rm, cfg.hidden_layer if needs_hidden(cfg) else None)  # (B, T)
+        # (B, T)
+        old_logp, entropy, hidden = policy_forward(
+            model, pi, pm, ri, rm, cfg.hidden_layer if needs_hidden(cfg) else None
+        )
         ref_logp = policy_forward(ref_model, pi, pm, ri, rm)[0] if cfg.beta > 0 else None  # (B, T)
-    t['score'] = time.perf_counter() - t0; t0 = time.perf_counter()
+    t['score'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     A, wstats = credit_advantages(cfg, hidden, rm, rewards, group_ids, entropy)  # (B, T)
-    t['hara'] = time.perf_counter() - t0; t0 = time.perf_counter()
-    keep = dynamic_sampling_mask(correct, group_ids) if cfg.method == 'dapo' else torch.ones_like(correct, dtype=torch.bool)  # (B,) DAPO filters on accuracy
+    t['hara'] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # (B,) DAPO filters on accuracy
+    keep = (
+        dynamic_sampling_mask(correct, group_ids)
+        if cfg.method == 'dapo'
+        else torch.ones_like(correct, dtype=torch.bool)
+    )
     stats = ppo_update(model, opt, pi, pm, ri, rm, old_logp, A, keep, cfg, generator, ref_logp)
     t['update'] = time.perf_counter() - t0
-    m = dict(reward=correct.mean().item(), entropy=masked_mean(entropy, rm).item(), length=lengths.float().mean().item(),
-             zero_std_frac=1 - dynamic_sampling_mask(correct, group_ids).float().mean().item(), **stats, **wstats, **info,
-             hit_frac=(torch.zeros(len(items), device=dev).index_add_(0, group_ids, correct) > 0).float().mean().item())  # prompts with a correct rollout
+    m = dict(
+        reward=correct.mean().item(),
+        entropy=masked_mean(entropy, rm).item(),
+        length=lengths.float().mean().item(),
+        zero_std_frac=1 - dynamic_sampling_mask(correct, group_ids).float().mean().item(),
+        **stats,
+        **wstats,
+        **info,
+        # prompts with a correct rollout
+        hit_frac=(torch.zeros(len(items), device=dev).index_add_(0, group_ids, correct) > 0)
+        .float()
+        .mean()
+        .item(),
+    )
     return {**m, **{f't_{k}': v for k, v in t.items()}, 't_step': sum(t.values())}
 
 # %% ../../nbs/4_train/16_rl.ipynb #da7317d4
-def ppo_update(model, opt, pi, pm, ri, rm, old_logp, A, keep, cfg:TrainConfig, generator, ref_logp=None) -> dict:
-    "`ppo_epochs` passes over the kept rollouts in `minibatches` shuffled minibatches; mean statistics."
-    model.train(); stats, idx_all = [], keep.nonzero()[:, 0]  # (B',)
+def ppo_update(
+    model, opt, pi, pm, ri, rm, old_logp, A, keep, cfg: TrainConfig, generator, ref_logp=None
+) -> dict:
+    """`ppo_epochs` passes over the kept rollouts in `minibatches` shuffled minibatches; mean
+    statistics."""
+    model.train()
+    stats, idx_all = [], keep.nonzero()[:, 0]  # (B',)
     for _ in range(cfg.ppo_epochs if len(idx_all) else 0):
-        perm = idx_all[torch.randperm(len(idx_all), generator=generator, device=generator.device).to(idx_all.device)]
+        perm = idx_all[
+            torch.randperm(len(idx_all), generator=generator, device=generator.device).to(
+                idx_all.device
+            )
+        ]
         for idx in perm.chunk(cfg.minibatches):
             logp = policy_forward(model, pi[idx], pm[idx], ri[idx], rm[idx])[0]  # (b, T)
-            loss, st = ppo_clip_loss(logp, old_logp[idx], A[idx], rm[idx], cfg.clip_eps_low, cfg.clip_eps_high,
-                                     ref_logp=None if ref_logp is None else ref_logp[idx], beta=cfg.beta,
-                                     agg=LOSS_AGG[cfg.method], max_len=cfg.max_new_tokens)
-            opt.zero_grad(); loss.backward()
-            st['grad_norm'] = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item(); opt.step()
-            st['zero_grad_frac'] = float(st['grad_norm'] == 0.); stats.append(st)
-    keys = ('clip_frac', 'clip_frac_high', 'clip_frac_low', 'approx_kl', 'grad_norm', 'zero_grad_frac')
-    return {k: sum(s[k] for s in stats) / len(stats) if stats else 0. for k in keys} | dict(n_updates=len(stats), kept_frac=keep.float().mean().item())
+            loss, st = ppo_clip_loss(
+                logp,
+                old_logp[idx],
+                A[idx],
+                rm[idx],
+                cfg.clip_eps_low,
+                cfg.clip_eps_high,
+                ref_logp=None if ref_logp is None else ref_logp[idx],
+                beta=cfg.beta,
+                agg=LOSS_AGG[cfg.method],
+                max_len=cfg.max_new_tokens,
+            )
+            opt.zero_grad()
+            loss.backward()
+            st['grad_norm'] = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0).item()
+            opt.step()
+            st['zero_grad_frac'] = float(st['grad_norm'] == 0.0)
+            stats.append(st)
+    keys = (
+        'clip_frac',
+        'clip_frac_high',
+        'clip_frac_low',
+        'approx_kl',
+        'grad_norm',
+        'zero_grad_frac',
+    )
+    return {k: sum(s[k] for s in stats) / len(stats) if stats else 0.0 for k in keys} | dict(
+        n_updates=len(stats), kept_frac=keep.float().mean().item()
+    )
 
 # %% ../../nbs/4_train/16_rl.ipynb #7d462dc0
-def config_changes(saved:dict, now:dict, ignore:tuple=()) -> list:
+def config_changes(saved: dict, now: dict, ignore: tuple = ()) -> list:
     "'`field` saved -> now' for each field (as JSON) whose value changed, but those in `ignore`."
     now = json.loads(json.dumps(now, default=str))
     same = lambda k, v: k not in now or k in ignore or v == now[k]
     return [f"`{k}` {v!r} -> {now[k]!r}" for k, v in saved.items() if not same(k, v)]
 
-def _stop(run_dir:Path, why:str):
+
+def _stop(run_dir: Path, why: str):
     "The error of a run that cannot go on: why, and what to do."
     return ValueError(f"{why}: move {run_dir} aside, and a resume trains it again from step 0")
 
-def _found(run_dir:Path, cfg:TrainConfig, done:int, state:dict|None) -> dict:
+
+def _found(run_dir: Path, cfg: TrainConfig, done: int, state: dict | None) -> dict:
     "A run to continue from its checkpoint (none: from step 0)."
     k = state['step'] if state else 0
-    again = '' if done == k else f" (step {done} again)" if done == k + 1 else \
-            f" (steps {k + 1}..{done} again)"
+    again = (
+        ''
+        if done == k
+        else f" (step {done} again)"
+        if done == k + 1
+        else f" (steps {k + 1}..{done} again)"
+    )
     ck = f"checkpoint of step {k}" if state else "no checkpoint yet"
     msg = f"{done} of {cfg.steps} steps in metrics.jsonl, {ck}: continues from step {k}{again}"
     return dict(status='continue', step=k, message=f"{run_dir.name}: {msg}")
 
 # %% ../../nbs/4_train/16_rl.ipynb #57f43f70
-def resume_point(cfg:TrainConfig, run_dir, allow_config_change:bool=False) -> dict:
+def resume_point(cfg: TrainConfig, run_dir, allow_config_change: bool = False) -> dict:
     "What a resume does in `run_dir`: `status` (start|continue|complete), `step`, `rows`, `message`"
     run_dir = Path(run_dir)
     if (saved := run_dir / 'train_config.json').exists():
         diff = config_changes(read_json(saved, f"restore it, or move {run_dir} aside"), asdict(cfg))
-        if diff and not allow_config_change: raise ValueError(
-            f"{run_dir} was trained with other settings ({'; '.join(diff)}): resume with the saved "
-            "values, or allow the change with `allow_config_change`")
+        if diff and not allow_config_change:
+            raise ValueError(
+                f"{run_dir} was trained with other settings ({'; '.join(diff)}): resume with the "
+                "saved "
+                "values, or allow the change with `allow_config_change`"
+            )
     rows = read_jsonl(run_dir / 'metrics.jsonl')
     done = max((r['step'] for r in rows if r['kind'] == 'train'), default=0)  # last step done
     if any(r['kind'] == 'eval' and r['step'] == cfg.steps for r in rows) and done <= cfg.steps:
@@ -373,15 +683,23 @@ def resume_point(cfg:TrainConfig, run_dir, allow_config_change:bool=False) -> di
         msg = f"complete, {done} of {cfg.steps} steps and the final evaluation in metrics.jsonl"
         msg = f"{run_dir.name}: {msg}{note}: left as is"
         return dict(status='complete', step=cfg.steps, rows=rows, message=msg)
-    try: state = load_trainer_state(run_dir, mmap=True)
-    except ValueError as e: raise _stop(run_dir, str(e)) from None
-    if state and (bad := checkpoint_problem(state['path'])): raise _stop(run_dir, bad)
+    try:
+        state = load_trainer_state(run_dir, mmap=True)
+    except ValueError as e:
+        raise _stop(run_dir, str(e)) from None
+    if state and (bad := checkpoint_problem(state['path'])):
+        raise _stop(run_dir, bad)
     k = state['step'] if state else 0
     due = min(cfg.save_every * (k // cfg.save_every + 1), cfg.steps)  # first checkpoint due after k
     last = f"the last checkpoint is of step {k}" if state else "there is no checkpoint"
-    if done > due: raise _stop(run_dir, f"{run_dir}: metrics.jsonl reaches step {done}, but {last} "
-                                        f"(the one of step {due} is missing)")
-    if done < k: raise _stop(run_dir, f"{run_dir}: checkpoint of step {k}, metrics up to {done}")
+    if done > due:
+        raise _stop(
+            run_dir,
+            f"{run_dir}: metrics.jsonl reaches step {done}, but {last} "
+            f"(the one of step {due} is missing)",
+        )
+    if done < k:
+        raise _stop(run_dir, f"{run_dir}: checkpoint of step {k}, metrics up to {done}")
     if not rows and not state:
         return dict(status='start', step=0, rows=[], message=f"{run_dir.name}: nothing yet: starts")
     return _found(run_dir, cfg, done, state) | dict(rows=[r for r in rows if r['step'] <= k])
@@ -389,51 +707,116 @@ def resume_point(cfg:TrainConfig, run_dir, allow_config_change:bool=False) -> di
 # %% ../../nbs/4_train/16_rl.ipynb #904a2dff
 def progress_bar(**kw):
     from tqdm.auto import tqdm
+
     return tqdm(**kw)
 
-def train_run(cfg:TrainConfig, run_dir, init_path, train_items:list, eval_items:list, reward_fn,
-              device='cpu', dtype:str='fp32', gradient_checkpointing:bool=False, resume:bool=False,
-              progress:bool|object=True, # True: own tqdm bar; a callable(n): report finished steps to it; False: quiet
-              start_eval:dict|None=None, # evaluation of the start policy (step 0), if already known
-              strategy_fn=None, # the task's strategy(text, answer), for distinct strategies at evaluation
-              allow_config_change:bool=False, # with `resume`: go on with a `cfg` unlike the saved
-              hooks:dict|None=None, # extensions the step needs (`need_hook`)
-             ) -> list:
-    "One seeded RLVR run from the checkpoint at `init_path`; writes metrics, checkpoints and `final/` to `run_dir`."
-    for name in needed_hooks(cfg): need_hook(cfg, hooks, name)  # before any work
+
+def train_run(
+    cfg: TrainConfig,
+    run_dir,
+    init_path,
+    train_items: list,
+    eval_items: list,
+    reward_fn,
+    device='cpu',
+    dtype: str = 'fp32',
+    gradient_checkpointing: bool = False,
+    resume: bool = False,
+    # True: own tqdm bar; a callable(n): report finished steps to it; False: quiet
+    progress: bool | object = True,
+    start_eval: dict | None = None,  # evaluation of the start policy (step 0), if already known
+    # the task's strategy(text, answer), for distinct strategies at evaluation
+    strategy_fn=None,
+    allow_config_change: bool = False,  # with `resume`: go on with a `cfg` unlike the saved
+    hooks: dict | None = None,  # extensions the step needs (`need_hook`)
+) -> list:
+    """One seeded RLVR run from the checkpoint at `init_path`; writes metrics, checkpoints and
+    `final/` to `run_dir`."""
+    for name in needed_hooks(cfg):
+        need_hook(cfg, hooks, name)  # before any work
     run_dir = Path(run_dir)
-    if resume: at = resume_point(cfg, run_dir, allow_config_change)
+    if resume:
+        at = resume_point(cfg, run_dir, allow_config_change)
     elif (run_dir / 'metrics.jsonl').exists() or (run_dir / 'ckpt').exists():  # never written over
         raise ValueError(f"{run_dir} already holds a run: resume it (`resume`), or use another one")
-    else: at = dict(status='start', step=0, rows=[])
-    if at['status'] == 'complete': return at['rows']
+    else:
+        at = dict(status='start', step=0, rows=[])
+    if at['status'] == 'complete':
+        return at['rows']
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / 'train_config.json').write_text(json.dumps(asdict(cfg), indent=1))
     (run_dir / 'metrics.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in at['rows']))
     state = load_trainer_state(run_dir) if at['step'] else None
     model, tok = load_policy(state['path'] if state else init_path, device, dtype)
-    if gradient_checkpointing: model.gradient_checkpointing_enable()
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable()
     ref = load_policy(init_path, device, dtype)[0].eval() if cfg.beta > 0 else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    gen, rng, step = torch.Generator(device=model.device).manual_seed(cfg.seed), random.Random(cfg.seed), 0
+    gen, rng, step = (
+        torch.Generator(device=model.device).manual_seed(cfg.seed),
+        random.Random(cfg.seed),
+        0,
+    )
     if state:
-        opt.load_state_dict(state['opt']); gen.set_state(state['gen']); rng.setstate(state['rng']); step = state['step']
-    memory = state.get('memory', {}) if state else {}  # state a method keeps across steps (HP-RLVR's reward history)
+        opt.load_state_dict(state['opt'])
+        gen.set_state(state['gen'])
+        rng.setstate(state['rng'])
+        step = state['step']
+    # state a method keeps across steps (HP-RLVR's reward history)
+    memory = state.get('memory', {}) if state else {}
     evaluated = {r['step'] for r in at['rows'] if r['kind'] == 'eval'}  # kept from before a resume
     tag = dict(method=cfg.method, reweight=cfg.reweight, seed=cfg.seed)
-    bar = progress_bar(total=cfg.steps, initial=step, desc=f"{cfg.method}+{cfg.reweight} s{cfg.seed}", leave=False) if progress is True else None
+    bar = (
+        progress_bar(
+            total=cfg.steps,
+            initial=step,
+            desc=f"{cfg.method}+{cfg.reweight} s{cfg.seed}",
+            leave=False,
+        )
+        if progress is True
+        else None
+    )
     for s in range(step, cfg.steps + 1):
         if (s % cfg.eval_every == 0 or s == cfg.steps) and s not in evaluated:
-            ev = start_eval if (s == 0 and start_eval) else evaluate(model, tok, eval_items, reward_fn, cfg.eval_samples, cfg.temperature,
-                                                                   cfg.max_new_tokens, max_prompt_len=cfg.max_prompt_len, strategy_fn=strategy_fn)
+            ev = (
+                start_eval
+                if (s == 0 and start_eval)
+                else evaluate(
+                    model,
+                    tok,
+                    eval_items,
+                    reward_fn,
+                    cfg.eval_samples,
+                    cfg.temperature,
+                    cfg.max_new_tokens,
+                    max_prompt_len=cfg.max_prompt_len,
+                    strategy_fn=strategy_fn,
+                )
+            )
             append_jsonl(run_dir / 'metrics.jsonl', dict(kind='eval', step=s, **tag, **ev))
-        if s == cfg.steps: break
-        m = rl_step(model, opt, tok, rng.sample(train_items, min(cfg.prompts_per_step, len(train_items))), cfg, reward_fn, gen, ref, memory,
-                    hooks)
+        if s == cfg.steps:
+            break
+        m = rl_step(
+            model,
+            opt,
+            tok,
+            rng.sample(train_items, min(cfg.prompts_per_step, len(train_items))),
+            cfg,
+            reward_fn,
+            gen,
+            ref,
+            memory,
+            hooks,
+        )
         append_jsonl(run_dir / 'metrics.jsonl', dict(kind='train', step=s + 1, **tag, **m))
-        if (s + 1) % cfg.save_every == 0 or s + 1 == cfg.steps: save_checkpoint(run_dir, model, tok, opt, s + 1, gen, rng, memory)
-        if bar is not None: bar.update(1); bar.set_postfix(reward=f"{m['reward']:.2f}", ent=f"{m['entropy']:.3f}")
-        elif callable(progress): progress(1)
-    if bar is not None: bar.close()
+        if (s + 1) % cfg.save_every == 0 or s + 1 == cfg.steps:
+            save_checkpoint(run_dir, model, tok, opt, s + 1, gen, rng, memory)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(reward=f"{m['reward']:.2f}", ent=f"{m['entropy']:.3f}")
+        elif callable(progress):
+            progress(1)
+    if bar is not None:
+        bar.close()
     save_policy(model, tok, run_dir / 'final')
     return read_jsonl(run_dir / 'metrics.jsonl')
