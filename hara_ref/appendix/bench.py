@@ -4,7 +4,14 @@
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #1cb72d90
 from __future__ import annotations
-from dataclasses import dataclass
+import argparse
+import inspect
+import json
+import math
+import platform
+import time
+import warnings
+from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 import torch
 import ot
@@ -13,10 +20,18 @@ from .barycenters import linearized_barycenter
 from ..ot.complexity import bench_rollouts, pot_fgw_barycenter, timed, loglog_slope
 from ..hara.weights import hara_advantages
 from ..hara.novelty import BARY_DEFAULTS
+from ..ot.fgw import chain_graph, chain_positions, chain_structure, fgw_objective
+from ..ot.fgw_barycenter import sq_dists
+from ..ot.lfgw import chain_tau_bar, lifted_cost
+from .newton import semidual_newton
+from ..train.policy import token_stats
 
 # %% auto #0
-__all__ = ['BENCH_OT_CHOICES', 'bench_sinkhorn', 'bench_barycenter', 'format_barycenter_row', 'BenchOtConfig', 'bench_ot',
-           'bench_batch', 'bench_hara', 'BenchHaraConfig']
+__all__ = ['BENCH_OT_CHOICES', 'QWEN3_SHAPES', 'SCALE_CHOICES', 'bench_sinkhorn', 'bench_barycenter', 'format_barycenter_row',
+           'fgw_batch_problem', 'bench_fgw_batch', 'linearized_plans', 'pot_exact_fgw', 'format_fgw_batch_row',
+           'BenchOtConfig', 'bench_ot', 'bench_batch', 'bench_hara', 'BenchHaraConfig', 'qwen3_config', 'layer_flops',
+           'step_flops', 'sync', 'time_layers', 'time_head', 'scale_row', 'BenchScaleConfig', 'bench_scale',
+           'format_scale_row', 'bench_scale_cli']
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #675494d4
 # problem sizes and tolerance
@@ -136,6 +151,110 @@ def format_barycenter_row(r: dict) -> str:
         f"{pot} -> ratio {r['ratio_tol']:.1f}x"
     )
 
+# %% ../../nbs/6_appendix/28_bench.ipynb #8f7e15df
+def fgw_batch_problem(
+    K: int,  # rollouts
+    L: int,  # tokens per rollout
+    L_b: int = 32,  # barycenter size
+    d: int = 64,  # hidden size
+    alpha: float = 0.25,  # FGW trade-off
+    reg: float = 0.05,  # entropic regulariser of the barycenter
+    tol: float = 1e-4,  # its tolerance
+    seed: int = 0,
+) -> (
+    dict
+):  # h (K, L, d) unit-norm, mask (K, L), Z (L_b, d), M (K, L, L_b), C (K, L, L), Cb (L_b, L_b)
+    "K planted rollouts, their linearized barycenter, and the FGW costs of each rollout against it."
+    h, m = bench_rollouts(K, L, d, 'planted', seed)  # (K, L, d), (K, L)
+    # (L_b, d) in the unit-norm feature space
+    Z, _ = linearized_barycenter(h, m, alpha=alpha, L_b=L_b, reg=reg, tol=tol, warn=False)
+    g = chain_graph(h, m)  # unit-norm features, chain structure
+    Cb = chain_structure(chain_tau_bar(L_b))  # (L_b, L_b)
+    return dict(h=g['h'], mask=m, Z=Z, M=sq_dists(g['h'], Z), C=g['C'], Cb=Cb)  # M: (K, L, L_b)
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #35d6f7c0
+def bench_fgw_batch(
+    L: int,  # tokens per rollout
+    K: int = 8,  # rollouts, all against one barycenter
+    L_b: int = 32,  # barycenter size
+    d: int = 64,  # hidden size
+    reg: float = 0.05,  # ε: entropic (ours) and proximal (POT's batch) regulariser
+    alpha: float = 0.25,  # FGW trade-off
+    tol: float = 1e-4,  # tolerance passed to every solver
+    exact: bool = True,  # also POT's exact FGW, one call per rollout
+    seed: int = 0,
+) -> dict:
+    """Anchor-linearized plans vs `ot.batch.solve_gromov_batch` vs POT's exact FGW against one
+    barycenter: time and FGW objective of each."""
+    p = fgw_batch_problem(K, L, L_b, d, alpha, reg, tol, seed)
+    Cbk = p['Cb'].expand(K, L_b, L_b).contiguous()  # (K, L_b, L_b)
+    t, plans, n_it = {}, {}, {}
+    t['linearized'], plans['linearized'] = timed(lambda: linearized_plans(p, alpha, reg, tol))
+    # inner projections to the same tolerance: with POT's default 50 steps a plan's marginals
+    # can be off by a third, and its objective is then not an FGW value
+    t['pot_batch'], res = timed(
+        lambda: ot.batch.solve_gromov_batch(
+            p['C'], Cbk, reg, M=p['M'], alpha=alpha, tol=tol, tol_inner=tol, max_iter_inner=10**4
+        )
+    )
+    plans['pot_batch'], n_it['pot_batch'] = res.plan, res.log['n_iter'] + 1  # (K, L, L_b)
+    if exact:
+        t['pot_exact'], plans['pot_exact'] = timed(lambda: pot_exact_fgw(p, alpha, tol))
+    F = {k: fgw_objective(P, p['M'], p['C'], p['Cb'], alpha) for k, P in plans.items()}  # (K,)
+    best = torch.stack(list(F.values())).amin(0)  # (K,)
+    gap = float(((F['linearized'] - best) / best).max())
+    # worst marginal error of each plan, relative to the marginal 1/L
+    merr = {k: float((P.sum(-1) - 1 / L).abs().max() * L) for k, P in plans.items()}
+    fgw = {k: float(v.mean()) for k, v in F.items()}
+    return dict(L=L, K=K, t=t, fgw=fgw, gap=gap, marginal_err=merr, **n_it)
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #c44895a2
+def linearized_plans(
+    p: dict,  # from `fgw_batch_problem`
+    alpha: float,  # FGW trade-off
+    reg: float,  # entropic regulariser
+    tol: float,  # marginal tolerance
+) -> torch.Tensor:  # (K, L, L_b) plans
+    """Anchor-linearized entropic plans against the barycenter: Lemma 3.1's lifted cost, solved by
+    Newton as HARA solves it."""
+    L_b = p['Z'].shape[-2]
+    tau = chain_positions(p['mask'], p['h'].dtype)  # (K, L)
+    # (K, L, L_b) (1-α)|h - z|² + 2α(τ - τ̄)²
+    M = lifted_cost(p['h'], tau, p['Z'], chain_tau_bar(L_b), alpha)
+    a = p['mask'].to(M.dtype) / p['mask'].sum(-1, keepdim=True)  # (K, L)
+    b = torch.full((L_b,), 1 / L_b, dtype=M.dtype)  # (L_b,)
+    return semidual_newton(a, b, M, reg, num_iter_max=1000, stop_thr=tol)
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #73828121
+def pot_exact_fgw(
+    p: dict,  # from `fgw_batch_problem`
+    alpha: float,  # FGW trade-off
+    tol: float,  # relative tolerance on the objective
+) -> torch.Tensor:  # (K, L, L_b) plans
+    "POT's exact FGW (conditional gradient) of each rollout against the barycenter, one call each."
+    Cb = p['Cb'].numpy()  # (L_b, L_b)
+    plans = [
+        ot.gromov.fused_gromov_wasserstein(M.numpy(), C.numpy(), Cb, alpha=alpha, tol_rel=tol)
+        for M, C in zip(p['M'], p['C'])
+    ]
+    return torch.as_tensor(np.stack(plans))  # (K, L, L_b)
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #543a78d1
+def format_fgw_batch_row(r: dict) -> str:
+    "One printed line per length of the FGW-batch table."
+    ex = (
+        f" | POT exact {r['t']['pot_exact']:.3g} s F={r['fgw']['pot_exact']:.5f}"
+        if 'pot_exact' in r['t']
+        else ''
+    )
+    me = max(r['marginal_err'].values())
+    return (
+        f"L={r['L']:<5d} K={r['K']} linearized {r['t']['linearized']:.3g} s "
+        f"F={r['fgw']['linearized']:.5f} | POT batch {r['t']['pot_batch']:.3g} s "
+        f"({r['pot_batch']} its) F={r['fgw']['pot_batch']:.5f}{ex} | linearized above best by "
+        f"{100 * r['gap']:.2f} % (worst relative marginal error of a plan {me:.1e})"
+    )
+
 # %% ../../nbs/6_appendix/28_bench.ipynb #f7c848c0
 @dataclass
 class BenchOtConfig:
@@ -158,7 +277,10 @@ class BenchOtConfig:
     repeat: int = 3  # runs of our code per measurement (fastest kept; POT runs once)
     # torch threads (0: torch default); numpy/OpenBLAS follow OMP_NUM_THREADS
     threads: int = 1
-    quick: bool = False  # small sizes (seconds): L=128 256, sinkhorn K=4 L=128
+    fgw_L: tuple[int, ...] = (128, 512, 2048, 4096)  # FGW-batch table: rollout lengths ...
+    fgw_K: int = 8  # ... rollouts against one barycenter
+    fgw_exact_max_L: int = 4096  # POT's exact FGW up to this L
+    quick: bool = False  # small sizes (seconds): L=128 256, sinkhorn K=4 L=128, FGW batch L=64
     out: str | None = None  # also write the results to this JSON file
 
 
@@ -209,7 +331,13 @@ def bench_ot(cfg: BenchOtConfig | None = None, echo=print) -> dict:
         f"{sk['ratio']:.1f}x "
         f"(max plan difference {sk['max_plan_diff']:.1e})"
     )
-    return dict(barycenter=rows, sinkhorn=sk)
+    fgw_rows = []
+    for L in (64,) if c.quick else sorted(c.fgw_L):
+        fgw_rows.append(
+            bench_fgw_batch(L, c.fgw_K, c.L_b, c.d, c.reg, c.alpha, c.tol, L <= c.fgw_exact_max_L)
+        )
+        echo(format_fgw_batch_row(fgw_rows[-1]))
+    return dict(barycenter=rows, sinkhorn=sk, fgw_batch=fgw_rows)
 
 # %% ../../nbs/6_appendix/28_bench.ipynb #20ca5ea2
 def bench_batch(
@@ -246,20 +374,25 @@ def bench_hara(
     dtype=torch.float32,
     granularity: str = 'tok',
     seed: int = 0,
+    device='cpu',  # where the batch lives and HARA runs
     **hara_kw,  # passed to `hara_advantages`
 ) -> dict:
     """Time `hara_advantages` and its lower bound (one h Z^T per rollout) on a `bench_batch`; a dict
     of results."""
-    hidden, mask, rewards, gid = bench_batch(prompts, rollouts, L, d, seed, dtype)
+    batch = bench_batch(prompts, rollouts, L, d, seed, dtype)
+    hidden, mask, rewards, gid = (x.to(device) for x in batch)
     # (B, d, L_b)
     Zr = torch.randn(
         hidden.shape[0], d, L_b, dtype=dtype, generator=torch.Generator().manual_seed(seed)
-    )
+    ).to(device)
     # (B, L, L_b) cheap: more runs, a steadier bound
-    t_mm, _ = timed(lambda: torch.bmm(hidden, Zr), max(5, repeats), stat='median')
-    t_hara, (adv, rw) = timed(
-        lambda: hara_advantages(
-            hidden, mask, rewards, gid, granularity=granularity, L_b=L_b, **hara_kw
+    t_mm, _ = timed(lambda: (torch.bmm(hidden, Zr), sync(device)), max(5, repeats), stat='median')
+    t_hara, ((adv, rw), _) = timed(
+        lambda: (
+            hara_advantages(
+                hidden, mask, rewards, gid, granularity=granularity, L_b=L_b, **hara_kw
+            ),
+            sync(device),
         ),
         repeats,
         stat='median',
@@ -275,6 +408,7 @@ def bench_hara(
     return dict(
         B=hidden.shape[0],
         L=L,
+        tokens=int(mask.sum()),
         d=d,
         L_b=L_b,
         dtype=str(dtype).replace('torch.', ''),
@@ -305,5 +439,359 @@ class BenchHaraConfig:
     max_iter: int = BARY_DEFAULTS['max_iter']  # barycenter iterations (most)
     # Sinkhorn iterations per barycenter iteration (most)
     inner_iter: int = BARY_DEFAULTS['inner_iter']
+    anderson: int = BARY_DEFAULTS['anderson']  # Anderson memory (0: the plain iteration)
     threads: int = 0  # torch threads (0: leave as is)
     quick: bool = False  # small sizes (2 x 8 rollouts, L=128, d=64) for a smoke test
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #198e0ab7
+QWEN3_SHAPES = {  # published Qwen3 shapes (head size 128, vocabulary 151,936); 'tiny' for tests
+    '0.6B': dict(
+        hidden_size=1024,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        intermediate_size=3072,
+        tie_word_embeddings=True,
+    ),
+    '1.7B': dict(
+        hidden_size=2048,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        intermediate_size=6144,
+        tie_word_embeddings=True,
+    ),
+    '4B': dict(
+        hidden_size=2560,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        intermediate_size=9728,
+        tie_word_embeddings=True,
+    ),
+    '8B': dict(
+        hidden_size=4096,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        intermediate_size=12288,
+        tie_word_embeddings=False,
+    ),
+    'tiny': dict(
+        hidden_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        tie_word_embeddings=True,
+        head_dim=16,
+        vocab_size=512,
+    ),
+}
+
+
+def qwen3_config(size: str, **over):
+    "A `transformers.Qwen3Config` of a published Qwen3 shape; keywords override fields."
+    from transformers import Qwen3Config
+
+    if size not in QWEN3_SHAPES:
+        raise ValueError(f"size must be one of {sorted(QWEN3_SHAPES)}, got {size!r}")
+    base = dict(vocab_size=151_936, head_dim=128, max_position_embeddings=40_960)
+    return Qwen3Config(**{**base, **QWEN3_SHAPES[size], **over})
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #3c430153
+def layer_flops(
+    cfg,  # a Qwen3Config
+    context: float,  # keys each token attends to (mean over the tokens counted)
+) -> float:  # $F_\ell(c)$, forward FLOPs of one decoder layer for one token
+    "Matrix-product FLOPs of one decoder layer for one token (forward)."
+    d, hd = cfg.hidden_size, cfg.head_dim
+    q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    weights = 2 * d * q + 2 * d * kv + 3 * d * cfg.intermediate_size  # parameters a token meets
+    return 2 * weights + 4 * q * context  # + Q K^T and A V over `context` keys
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #199d86e0
+def step_flops(
+    cfg,  # a Qwen3Config
+    B: int,  # sequences in the step (prompts x rollouts)
+    T_p: int,  # prompt tokens
+    T: int,  # completion tokens
+) -> dict:  # FLOPs of generation, scoring and update
+    "Matrix-product FLOPs of the model phases of one RLVR step (causal attention counted once)."
+    n, head, S = cfg.num_hidden_layers, 2 * cfg.hidden_size * cfg.vocab_size, T_p + T
+    prefill = B * T_p * n * layer_flops(cfg, (T_p + 1) / 2)  # mean causal context
+    # one token per step, context T_p+1 .. T_p+T; F_l is affine in c: its mean context
+    decode = B * T * (n * layer_flops(cfg, T_p + (T + 1) / 2) + head)
+    scoring = B * S * n * layer_flops(cfg, (S + 1) / 2) + B * T * head  # head on the completion
+    return dict(generation=prefill + decode, scoring=scoring, update=3 * scoring)
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #2abe2989
+def sync(device) -> None:
+    "Wait for queued kernels: a CUDA time is only right after this."
+    if torch.device(device).type == 'cuda':
+        torch.cuda.synchronize()
+
+
+def _run(fn, device, repeat):
+    "Time `fn` (after one warm-up call) with the device synchronised; the fastest of `repeat`."
+    fn()
+    sync(device)
+    return timed(lambda: (fn(), sync(device)), repeat)[0]
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #c8aaf946
+def time_layers(
+    size: str,  # a key of QWEN3_SHAPES
+    layers: int = 2,  # decoder layers timed
+    tokens: int = 512,  # tokens of the forward and forward + backward pieces
+    decode_batch: int = 32,  # sequences decoded at once
+    decode_context: int = 512,  # tokens in their KV cache
+    decode_steps: int = 4,  # decoding steps timed
+    device='cpu',
+    dtype=torch.float32,
+    repeat: int = 1,  # runs per piece (fastest kept)
+) -> dict:  # {piece: (seconds, FLOPs)}
+    "Time the decoder-layer pieces of a Qwen3 shape: forward, forward + backward, cached decoding."
+    from transformers import Qwen3Model
+
+    cfg = qwen3_config(size, num_hidden_layers=layers, vocab_size=256)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = Qwen3Model(cfg).to(device, dtype)  # random weights
+    ids = torch.randint(256, (1, tokens), device=device)  # (1, tokens)
+    f_fwd = tokens * layers * layer_flops(cfg, (tokens + 1) / 2)
+    with torch.no_grad():
+        t_fwd = _run(lambda: model(input_ids=ids, use_cache=False), device, repeat)
+    t_bwd = _run(
+        lambda: model(input_ids=ids, use_cache=False).last_hidden_state.float().mean().backward(),
+        device,
+        repeat,
+    )
+    t_dec = _time_decode(model, decode_batch, decode_context, decode_steps, device)
+    f_dec = (
+        decode_batch
+        * decode_steps
+        * layers
+        * layer_flops(cfg, decode_context + (decode_steps + 1) / 2)
+    )
+    return dict(forward=(t_fwd, f_fwd), forward_backward=(t_bwd, 3 * f_fwd), decode=(t_dec, f_dec))
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #4f017ffb
+def _time_decode(model, batch: int, context: int, steps: int, device) -> float:
+    """Seconds of `steps` cached decoding steps of `batch` sequences after `context` tokens (after
+    one warm-up step)."""
+    # the cache argument: `cache` in transformers 5, `past_key_values` before
+    kw = 'cache' if 'cache' in inspect.signature(model.forward).parameters else 'past_key_values'
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(256, (batch, context + steps + 1), generator=g).to(device)  # (batch, ...)
+    with torch.no_grad():
+        out = model(input_ids=ids[:, : context + 1], use_cache=True)  # prompt + warm-up step
+        sync(device)
+        t0 = time.perf_counter()
+        for s in range(context + 1, context + steps + 1):
+            out = model(input_ids=ids[:, s : s + 1], use_cache=True, **{kw: out[kw]})
+        sync(device)
+    return time.perf_counter() - t0
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #f5bc0d4e
+def time_head(
+    size: str,  # a key of QWEN3_SHAPES
+    head_tokens: int = 256,  # rows through the output layer
+    chunk_tokens: int = 256,  # rows per chunk (`token_stats`)
+    device='cpu',
+    dtype=torch.float32,
+    repeat: int = 1,
+) -> dict:  # {piece: (seconds, FLOPs)}
+    """Time the output layer ($d \\to V$, log-probs and entropies, chunked): forward and forward +
+    backward."""
+    cfg = qwen3_config(size)
+    g = torch.Generator().manual_seed(0)
+    head = torch.nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False).to(device, dtype)  # (V, d)
+    x = torch.randn(head_tokens, cfg.hidden_size, generator=g).to(device, dtype)  # (n, d)
+    y = torch.randint(cfg.vocab_size, (head_tokens,), generator=g).to(device)  # (n,)
+    f = 2 * head_tokens * cfg.hidden_size * cfg.vocab_size
+    with torch.no_grad():
+        t_f = _run(lambda: token_stats(x, head, y, chunk_tokens), device, repeat)
+    xg = x.clone().requires_grad_()
+    t_b = _run(lambda: token_stats(xg, head, y, chunk_tokens)[0].sum().backward(), device, repeat)
+    return dict(head_forward=(t_f, f), head_forward_backward=(t_b, 3 * f))
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #7a1337de
+def scale_row(
+    size: str,  # a key of QWEN3_SHAPES
+    pieces: dict,  # `time_layers` and `time_head` results, merged
+    hara: dict,  # `bench_hara` result on `hara_prompts` prompts
+    prompts: int,  # P
+    rollouts: int,  # G
+    prompt_len: int,  # T_p
+    length: int,  # T
+    hara_prompts: int,  # prompts HARA was timed on
+) -> dict:
+    """One row of the scale table: each phase's FLOPs, time (FLOPs / its piece's rate) and rate;
+    HARA's share."""
+    cfg, B = qwen3_config(size), prompts * rollouts
+    rate = {k: f / t for k, (t, f) in pieces.items()}  # FLOP/s of each piece
+    F, n, head = (
+        step_flops(cfg, B, prompt_len, length),
+        cfg.num_hidden_layers,
+        2 * cfg.hidden_size * cfg.vocab_size,
+    )
+    f_gen_head = B * length * head  # output layer while generating
+    t = dict(
+        generation=(F['generation'] - f_gen_head) / rate['decode']
+        + f_gen_head / rate['head_forward'],
+        scoring=(F['scoring'] - B * length * head) / rate['forward']
+        + B * length * head / rate['head_forward'],
+        update=(F['update'] - 3 * B * length * head) / rate['forward_backward']
+        + 3 * B * length * head / rate['head_forward_backward'],
+        hara=hara['t_hara'] * prompts / hara_prompts,
+    )
+    F['hara'] = hara['products'] * hara['tokens'] / hara['B'] * B * 2 * hara['L_b'] * hara['d']
+    model = t['generation'] + t['scoring'] + t['update']
+    return dict(
+        size=size,
+        d=cfg.hidden_size,
+        layers=n,
+        flops=F,
+        time=t,
+        rate={k: F[k] / t[k] for k in t},
+        step=model + t['hara'],
+        share=t['hara'] / (model + t['hara']),
+        extra=t['hara'] / model,
+        extra_own_forward=(t['hara'] + t['scoring']) / model,
+        bary_iters=hara['bary_iters'],
+        hara=hara,  # `bench_hara`'s record: its time against the h Z^T lower bound
+    )
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #bf13d162
+@dataclass
+class BenchScaleConfig:
+    "What `hara-ref bench scale` measures; one flag per field."
+
+    sizes: tuple[str, ...] = ('0.6B', '1.7B', '4B', '8B')  # Qwen3 shapes (QWEN3_SHAPES)
+    prompts: int = 16  # P, prompts per step ...
+    rollouts: int = 16  # ... times G rollouts
+    prompt_len: int = 256  # T_p, prompt tokens
+    length: int = 1024  # T, completion tokens
+    layers: int = 2  # decoder layers timed (scaled to the model's count)
+    tokens: int = 512  # tokens of the timed forward and forward + backward
+    decode_batch: int = 32  # sequences of the timed decoding steps ...
+    decode_steps: int = 4  # ... this many steps, after prompt_len + length/2 cached tokens
+    head_tokens: int = 256  # rows of the timed output layer (chunks of 256)
+    hara_prompts: int = 2  # prompts HARA is timed on (scaled to `prompts`)
+    L_b: int = 32  # barycenter size
+    anderson: int = 0  # Anderson memory of the barycenter iteration (0: plain)
+    device: str = 'cpu'  # 'cpu' or 'cuda'
+    dtype: str = 'float32'  # model dtype: 'float32' or 'bfloat16' (HARA always float32)
+    repeat: int = 1  # runs per timed piece (fastest kept)
+    threads: int = 0  # torch threads (0: leave as is)
+    tiny: bool = False  # a tiny shape and batch (seconds): a dry run of the command
+    out: str | None = None  # also write the rows to this JSON file
+
+
+SCALE_CHOICES = dict(device=('cpu', 'cuda'), dtype=('float32', 'bfloat16'))
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #f9b43c06
+def bench_scale(cfg: BenchScaleConfig | None = None, echo=print) -> list:
+    "Measure the scale table of `cfg`, one row per Qwen3 shape; `echo` each row as it is measured."
+    c = cfg or BenchScaleConfig()
+    dtype, rows = getattr(torch, c.dtype), []
+    ctx = min(c.prompt_len + c.length // 2, c.tokens * 4)  # decoding context of the timed steps
+    for size in c.sizes:
+        pieces = time_layers(
+            size, c.layers, c.tokens, c.decode_batch, ctx, c.decode_steps, c.device, dtype, c.repeat
+        )
+        pieces.update(time_head(size, c.head_tokens, 256, c.device, dtype, c.repeat))
+        cfg_s = qwen3_config(size)
+        bary_kw = {**BARY_DEFAULTS, 'anderson': c.anderson}
+        hara = bench_hara(
+            c.hara_prompts,
+            c.rollouts,
+            c.length,
+            cfg_s.hidden_size,
+            c.L_b,
+            c.repeat,
+            torch.float32,
+            device=c.device,
+            bary_kw=bary_kw,
+        )
+        rows.append(
+            scale_row(
+                size, pieces, hara, c.prompts, c.rollouts, c.prompt_len, c.length, c.hara_prompts
+            )
+        )
+        echo(format_scale_row(rows[-1]))
+    return rows
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #2b415b63
+def format_scale_row(r: dict) -> str:
+    "One printed line of the scale table: each phase's time, TFLOPs and TFLOP/s; HARA's share."
+    ph = ' | '.join(
+        f"{k} {r['time'][k]:.4g} s {r['flops'][k] / 1e12:.4g} TF {r['rate'][k] / 1e12:.3g} TF/s"
+        for k in ('generation', 'scoring', 'update', 'hara')
+    )
+    return (
+        f"Qwen3-{r['size']} (d={r['d']}, {r['layers']} layers): {ph} | step {r['step']:.4g} s | "
+        f"HARA share {100 * r['share']:.2f} % | extra {100 * r['extra']:.2f} % "
+        f"({100 * r['extra_own_forward']:.2f} % with its own forward) | HARA: {r['bary_iters']} "
+        f"barycenter its, {r['hara']['ratio']:.0f} x its lower bound"
+    )
+
+# %% ../../nbs/6_appendix/28_bench.ipynb #2fe639a7
+def bench_scale_cli(
+    argv: list | None = None,  # command-line arguments after `hara-ref bench scale`
+) -> int:  # exit code
+    """`hara-ref bench scale`: the time of each phase of an RLVR step for Qwen3 0.6B-8B shapes
+    (measured pieces scaled by FLOPs) and HARA's share of it."""
+    p = argparse.ArgumentParser(
+        prog='hara-ref bench scale',
+        description=bench_scale_cli.__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    for f in fields(BenchScaleConfig):  # one flag per field
+        kw = dict(dest=f.name, default=f.default, help=f.name)
+        if isinstance(f.default, bool):
+            p.add_argument('--' + f.name.replace('_', '-'), action='store_true', **kw)
+        else:
+            tp = str if f.default is None or isinstance(f.default, tuple) else type(f.default)
+            p.add_argument(
+                '--' + f.name.replace('_', '-'),
+                type=tp,
+                choices=SCALE_CHOICES.get(f.name),
+                nargs='+' if isinstance(f.default, tuple) else None,
+                **kw,
+            )
+    c = BenchScaleConfig(**vars(p.parse_args(argv)))
+    c = replace(c, sizes=tuple(c.sizes))
+    if c.tiny:
+        c = replace(
+            c,
+            sizes=('tiny',),
+            prompts=2,
+            rollouts=4,
+            prompt_len=8,
+            length=32,
+            layers=2,
+            tokens=32,
+            decode_batch=2,
+            decode_steps=2,
+            head_tokens=16,
+            hara_prompts=1,
+            L_b=4,
+        )
+    if c.threads:
+        torch.set_num_threads(c.threads)
+    print(
+        f"hara-ref bench scale: {c.prompts} prompts x {c.rollouts} rollouts, prompt "
+        f"{c.prompt_len} + {c.length} tokens; timed {c.layers} layers x {c.tokens} tokens, "
+        f"decoding {c.decode_batch} x "
+        f"{c.decode_steps} steps, head {c.head_tokens} rows, HARA on {c.hara_prompts} prompts; "
+        f"{c.device} {c.dtype}, torch threads={torch.get_num_threads()}, "
+        f"{platform.processor() or platform.machine()}"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        rows = bench_scale(c)
+    if c.out:
+        with open(c.out, 'w') as f:
+            json.dump(dict(args=asdict(c), machine=platform.platform(), rows=rows), f, indent=1)
+    return 0 if all(math.isfinite(r['step']) for r in rows) else 1

@@ -37,6 +37,11 @@ COMMANDS = {  # subcommand path -> (module, function, one-line help)
         'bench_hara_cli',
         'benchmark: hara_advantages vs its matrix-product lower bound',
     ),
+    ('bench', 'scale'): (
+        'hara_ref.appendix.bench',
+        'bench_scale_cli',
+        'benchmark: HARA\'s share of an RLVR step of Qwen3 0.6B-8B shapes, with FLOP counts',
+    ),
     ('study',): (
         'hara_ref.practice.cli',
         'study_cli',
@@ -604,7 +609,12 @@ def bench_hara_cli(argv: list | None = None) -> int:
         c = replace(c, prompts=2, rollouts=8, length=128, dim=64)
     if c.threads:
         torch.set_num_threads(c.threads)
-    bary_kw = {**BARY_DEFAULTS, 'max_iter': c.max_iter, 'inner_iter': c.inner_iter}
+    bary_kw = {
+        **BARY_DEFAULTS,
+        'max_iter': c.max_iter,
+        'inner_iter': c.inner_iter,
+        'anderson': c.anderson,
+    }
     r = bench_hara(
         c.prompts,
         c.rollouts,
