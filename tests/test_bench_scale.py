@@ -10,12 +10,12 @@ import torch
 
 from hara_ref.appendix.bench import (
     bench_fgw_batch,
-    bench_scale_cli,
     layer_flops,
     qwen3_config,
     scale_row,
     step_flops,
 )
+from hara_ref.practice.cli import bench_scale_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -18,7 +18,8 @@ from pathlib import Path
 # %% auto #0
 __all__ = ['COMMANDS', 'TRAIN_FLAGS', 'main', 'field_comments', 'add_dataclass_flags', 'train_parser', 'configs_from_args',
            'hooks_for', 'train_cli', 'run_variants', 'compare_table', 'compare_cli', 'hora_variants',
-           'compare_hora_cli', 'hp_variants', 'compare_hp_cli', 'study_cli', 'bench_ot_cli', 'bench_hara_cli']
+           'compare_hora_cli', 'hp_variants', 'compare_hp_cli', 'study_cli', 'bench_ot_cli', 'bench_hara_cli',
+           'bench_scale_cli']
 
 # %% ../../nbs/5_practice/21_cli.ipynb #294267e7
 COMMANDS = {  # subcommand path -> (module, function, one-line help)
@@ -38,7 +39,7 @@ COMMANDS = {  # subcommand path -> (module, function, one-line help)
         'benchmark: hara_advantages vs its matrix-product lower bound',
     ),
     ('bench', 'scale'): (
-        'hara_ref.appendix.bench',
+        'hara_ref.practice.cli',
         'bench_scale_cli',
         'benchmark: HARA\'s share of an RLVR step of Qwen3 0.6B-8B shapes, with FLOP counts',
     ),
@@ -323,6 +324,9 @@ import torch
 from ..hara.novelty import BARY_DEFAULTS
 from .study import StudyConfig, study_cells, study_plan, run_study
 from hara_ref.appendix.bench import (
+    SCALE_CHOICES,
+    BenchScaleConfig,
+    bench_scale_main,
     BENCH_OT_CHOICES,
     BenchHaraConfig,
     BenchOtConfig,
@@ -628,3 +632,17 @@ def bench_hara_cli(argv: list | None = None) -> int:
     )
     _print_bench_hara(r, c)
     return 0 if r['finite'] else 1
+
+# %% ../../nbs/5_practice/21_cli.ipynb #38857543
+def bench_scale_cli(
+    argv: list | None = None,  # command-line arguments after `hara-ref bench scale`
+) -> int:  # exit code
+    """`hara-ref bench scale`: HARA's share of an RLVR step of Qwen3 0.6B-8B shapes (chapter
+    Benchmarks' `bench_scale_main`)."""
+    p = argparse.ArgumentParser(
+        prog='hara-ref bench scale',
+        description=bench_scale_cli.__doc__,
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    args = add_dataclass_flags(p, BenchScaleConfig, choices=SCALE_CHOICES).parse_args(argv)
+    return bench_scale_main(BenchScaleConfig(**vars(args)))
