@@ -248,7 +248,7 @@ def format_fgw_batch_row(r: dict) -> str:
     )
     me = max(r['marginal_err'].values())
     return (
-        f"L={r['L']:<5d} K={r['K']} linearized {r['t']['linearized']:.3g} s "
+        f"fgw batch L={r['L']:<5d} K={r['K']} linearized {r['t']['linearized']:.3g} s "
         f"F={r['fgw']['linearized']:.5f} | POT batch {r['t']['pot_batch']:.3g} s "
         f"({r['pot_batch']} its) F={r['fgw']['pot_batch']:.5f}{ex} | linearized above best by "
         f"{100 * r['gap']:.2f} % (worst relative marginal error of a plan {me:.1e})"
