@@ -373,7 +373,7 @@ def compare_cli(argv: list, prog: str, variants_of) -> int:
         variants, rollouts = variants_of(cfg)
         experiment_plan(ex, cfg, variants)  # the comparison's own run folders
     except (ValueError, FileNotFoundError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {_as_flags(str(e), vars(args))}", file=sys.stderr)
         return 2
     set_threads(ex.threads)
     t0 = time.time()

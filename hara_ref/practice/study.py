@@ -195,13 +195,13 @@ def study_plan(sc: StudyConfig, cells: list, verbose: bool = True) -> list:
                 plan.append((c, cfg, d, resume_point(cfg, d, sc.allow_config_change)))
             except ValueError as e:
                 bad.append(str(e))
-    for task in dict.fromkeys(c.task for c in cells):  # its start files too
+    if bad:
+        raise ValueError("the study cannot go on:\n  " + '\n  '.join(bad))
+    for task in dict.fromkeys(c.task for c in cells):  # and each task's start files
         try:
             experiment_plan(study_experiment(sc, task), base, study_variants(sc, cells, task))
         except ValueError as e:
-            bad.append(str(e))
-    if bad:
-        raise ValueError("the study cannot go on:\n  " + '\n  '.join(bad))
+            raise ValueError(f"the study cannot go on: {e}") from None
     n = {k: sum(p['status'] == k for *_, p in plan) for k in ('complete', 'continue', 'start')}
     if verbose and n['complete'] + n['continue']:
         print(
