@@ -326,6 +326,23 @@ def test_compare_hora_cli(tmp_path, capsys):
     assert compare_hora_cli(['--out', str(tmp_path), '--seeds', 'x']) == 2
 
 
+def test_compare_resume_reads_the_start_back_and_a_fresh_run_is_refused(tmp_path, capsys):
+    """A resumed comparison reports the saved start evaluation (it does not evaluate the start
+    again); a fresh one into a folder with results is refused before any work (exit 2)."""
+    argv = ['--out', str(tmp_path)] + TINY + ['--steps', '1']
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        assert compare_hora_cli(argv) == 0
+        se = tmp_path / 'start_eval.json'
+        # 2 prompts x 2 samples give pass@1 in steps of 0.25: 0.125 is only the saved file's
+        se.write_text(json.dumps(json.loads(se.read_text()) | dict(pass1=0.125)))
+        assert compare_hora_cli(argv + ['--resume']) == 0
+    assert '| start (SFT) | | | 0.125 |' in (tmp_path / 'compare.md').read_text()
+    capsys.readouterr()
+    assert compare_hora_cli(argv) == 2
+    assert 'already holds an experiment' in capsys.readouterr().err
+
+
 # allocate (threshold on the log gains) against allocate_greedy (the heap): equal, tie for tie
 
 # small ones make equal prompts, so ties

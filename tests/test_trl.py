@@ -399,6 +399,19 @@ def test_engine_trl_refuses_what_it_cannot_do(tmp_path, capsys, extra, msg):
     assert msg in capsys.readouterr().err and not (tmp_path / 'r' / 'sft').exists()
 
 
+def test_trl_run_refuses_a_folder_that_holds_a_run(tmp_path):
+    "The TRL engine never deletes results: a run folder with metrics.jsonl is refused and kept."
+    from hara_ref.practice.trl_train import train_run_trl
+    from hara_ref.train.rl import TrainConfig
+
+    d, row = tmp_path / 'grpo-s0', '{"kind": "eval", "step": 0}\n'
+    d.mkdir()
+    (d / 'metrics.jsonl').write_text(row)
+    with pytest.raises(ValueError, match='already holds a run'):
+        train_run_trl(TrainConfig(), d, tmp_path / 'no-checkpoint', [], [], None)
+    assert (d / 'metrics.jsonl').read_text() == row
+
+
 def test_span_separators_are_step_boundaries():
     "granularity='span' with span_sep_ids == the oracle with boundaries after each separator token."
     from hara_ref.hara.rollouts import step_boundaries

@@ -17,9 +17,8 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['COMMANDS', 'TRAIN_FLAGS', 'main', 'field_comments', 'add_dataclass_flags', 'train_parser', 'configs_from_args',
-           'hooks_for', 'train_cli', 'run_variants', 'compare_table', 'compare_cli', 'hora_variants',
-           'compare_hora_cli', 'hp_variants', 'compare_hp_cli', 'study_cli', 'bench_ot_cli', 'bench_hara_cli',
-           'bench_scale_cli']
+           'hooks_for', 'train_cli', 'compare_table', 'compare_cli', 'hora_variants', 'compare_hora_cli', 'hp_variants',
+           'compare_hp_cli', 'study_cli', 'bench_ot_cli', 'bench_hara_cli', 'bench_scale_cli']
 
 # %% ../../nbs/5_practice/21_cli.ipynb #294267e7
 COMMANDS = {  # subcommand path -> (module, function, one-line help)
@@ -279,9 +278,9 @@ def train_cli(argv: list | None = None) -> int:
 
         return train_cli_trl(ex, cfg)
     from hara_ref.train.experiment import (
-        run_experiment,
-        plot_runs,
-        summarize,
+        run_variants,
+        experiment_variants,
+        finish_experiment,
         variant_name,
         set_threads,
     )
@@ -296,23 +295,9 @@ def train_cli(argv: list | None = None) -> int:
         f"G={cfg.group_size}, {cfg.steps} steps, {ex.workers} worker(s) x {ex.threads} thread(s))",
         flush=True,
     )
-    runs = run_experiment(ex, cfg, hooks=hooks_for(cfg))
-    start = json.loads((Path(ex.out) / 'start_eval.json').read_text())
-    plot_runs(
-        runs,
-        Path(ex.out) / 'curves.png',
-        f"{cfg.method}: held-out pass@1 from {start['pass1']:.3f} (start)",
-    )
-    rows, table = summarize(runs, start)
-    wall = time.time() - t0
-    (Path(ex.out) / 'summary.json').write_text(
-        json.dumps(dict(start=start, variants=rows, wall_s=wall), indent=1)
-    )
-    print(table)
-    print(
-        f"total wall time {wall:.0f} s; curves: {Path(ex.out) / 'curves.png'}; metrics: "
-        f"{Path(ex.out) / 'runs'}/*/metrics.jsonl"
-    )
+    runs, start = run_variants(ex, experiment_variants(ex, cfg), hooks=hooks_for(cfg), cfg=cfg)
+    title = f"{cfg.method}: held-out pass@1 from {start['pass1']:.3f} (start)"
+    print(finish_experiment(ex.out, runs, start, title, t0))
     return 0
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmdim
@@ -333,60 +318,6 @@ from hara_ref.appendix.bench import (
     bench_hara,
     bench_ot,
 )
-
-# %% ../../nbs/5_practice/21_cli.ipynb #clicmd01
-def run_variants(ex, variants: dict, progress: bool = True) -> tuple:
-    """Train every {name: TrainConfig} over `ex.seeds` from one shared start; ({run name: metric
-    rows}, start evaluation)."""
-    from hara_ref.train.policy import load_policy
-    from hara_ref.train.rl import evaluate, train_run
-    from hara_ref.train.experiment import prepare_start, run_parallel
-
-    out = Path(ex.out)
-    out.mkdir(parents=True, exist_ok=True)
-    cfg0 = next(iter(variants.values()))
-    init, train, held, reward_fn = prepare_start(ex, cfg0.eval_prompts, progress)
-    held = held[: cfg0.eval_prompts]
-    model, tok = load_policy(init, ex.device, ex.dtype)
-    start = evaluate(
-        model,
-        tok,
-        held,
-        reward_fn,
-        cfg0.eval_samples,
-        cfg0.temperature,
-        cfg0.max_new_tokens,
-        max_prompt_len=cfg0.max_prompt_len,
-    )
-    (out / 'start_eval.json').write_text(json.dumps(start))
-    jobs = [
-        (replace(c, seed=s), out / 'runs' / f"{name}-s{s}")
-        for name, c in variants.items()
-        for s in ex.seeds
-    ]
-    hooks = hooks_for(*variants.values())
-    if ex.workers <= 1:
-        for c, d in jobs:
-            train_run(
-                c,
-                d,
-                init,
-                train,
-                held,
-                reward_fn,
-                ex.device,
-                ex.dtype,
-                ex.gradient_checkpointing,
-                ex.resume,
-                progress,
-                start,
-                hooks=hooks,
-            )
-    else:
-        run_parallel(jobs, init, train, held, reward_fn, ex, start, progress, hooks)
-    from hara_ref.train.policy import read_jsonl
-
-    return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d in jobs}, start
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd02
 def compare_table(runs: dict, start: dict | None = None, rollouts: dict | None = None) -> str:
@@ -432,7 +363,7 @@ def compare_table(runs: dict, start: dict | None = None, rollouts: dict | None =
 def compare_cli(argv: list, prog: str, variants_of) -> int:
     """Body of `hara-ref compare ...`: `hara-ref train`'s flags, the variants `variants_of(cfg)`
     returns, a markdown table."""
-    from hara_ref.train.experiment import set_threads
+    from hara_ref.train.experiment import set_threads, experiment_plan, run_variants
 
     p = train_parser()
     p.prog, p.description = (
@@ -447,18 +378,19 @@ def compare_cli(argv: list, prog: str, variants_of) -> int:
     args.method, args.reweight, args.allocation = 'grpo', 'none', 'uniform'
     try:
         ex, cfg = configs_from_args(args)
+        variants, rollouts = variants_of(cfg)
+        experiment_plan(ex, cfg, variants)  # the comparison's own run folders
     except (ValueError, FileNotFoundError) as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {_as_flags(str(e), vars(args))}", file=sys.stderr)
         return 2
     set_threads(ex.threads)
     t0 = time.time()
-    variants, rollouts = variants_of(cfg)
     print(
         f"{prog} -> {ex.out}: {', '.join(variants)} x seeds {list(ex.seeds)}, {cfg.steps} steps, "
         f"{ex.workers} worker(s) x {ex.threads} thread(s)",
         flush=True,
     )
-    runs, start = run_variants(ex, variants)
+    runs, start = run_variants(ex, variants, hooks=hooks_for(*variants.values()), cfg=cfg)
     table = compare_table(runs, start, rollouts)
     (Path(ex.out) / 'compare.md').write_text(table + '\n')
     print(table)

@@ -9,14 +9,13 @@ import os
 import time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
-from ..train.rl import TrainConfig, evaluate, resume_point
-from ..train.policy import read_jsonl, load_policy
-from ..train.policy import read_json
-from ..train.experiment import ExperimentConfig, prepare_start, experiment_task, run_pool
+from ..train.rl import TrainConfig, resume_point
+from ..train.policy import read_jsonl
+from ..train.experiment import ExperimentConfig, experiment_plan, run_variants
 
 # %% auto #0
-__all__ = ['Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cells', 'run_dir', 'run_complete', 'prepare_task',
-           'study_plan', 'run_study']
+__all__ = ['Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cells', 'run_dir', 'run_complete', 'study_experiment',
+           'study_variants', 'study_plan', 'run_study']
 
 # %% ../../nbs/5_practice/20_study.ipynb #16535361
 @dataclass(frozen=True)
@@ -165,43 +164,25 @@ def _cost(cell: Cell) -> int:
     )
 
 
-def prepare_task(sc: StudyConfig, task: str, progress: bool = True) -> tuple:
-    """The task's experiment config, start checkpoint (SFT once, reused on resume), items, reward
-    and
-    start evaluation."""
-    ex = ExperimentConfig(
+def study_experiment(sc: StudyConfig, task: str) -> ExperimentConfig:
+    """One task's experiment: its folder `<out>/<task>` (SFT start, runs), the study's seeds and
+    workers; always a resume, so that running the study again goes on where it stopped."""
+    return ExperimentConfig(
         out=str(Path(sc.out) / task),
         resume=True,
         task=task,
+        seeds=sc.seeds,
         sft_steps=sc.sft_steps,
         workers=sc.workers,
         threads=sc.threads,
         allow_config_change=sc.allow_config_change,
     )
-    init, train, held, reward_fn = prepare_start(ex, sc.eval_prompts, progress)
-    se = Path(ex.out) / 'start_eval.json'
-    if not se.exists():
-        model, tok = load_policy(init)
-        se.write_text(
-            json.dumps(
-                evaluate(
-                    model,
-                    tok,
-                    held[: sc.eval_prompts],
-                    reward_fn,
-                    sc.eval_samples,
-                    strategy_fn=experiment_task(ex).strategy,
-                )
-            )
-        )
-    return (
-        ex,
-        init,
-        train,
-        held[: sc.eval_prompts],
-        reward_fn,
-        read_json(se, 'delete it, and the study evaluates the start policy again'),
-    )
+
+
+def study_variants(sc: StudyConfig, cells: list, task: str) -> dict:
+    "{cell name: TrainConfig} of the task's cells, the slowest first."
+    mine = sorted((c for c in cells if c.task == task), key=_cost, reverse=True)
+    return {c.name: replace(base_train_config(sc), **dict(c.overrides)) for c in mine}
 
 # %% ../../nbs/5_practice/20_study.ipynb #416006ff
 def study_plan(sc: StudyConfig, cells: list, verbose: bool = True) -> list:
@@ -216,6 +197,11 @@ def study_plan(sc: StudyConfig, cells: list, verbose: bool = True) -> list:
                 bad.append(str(e))
     if bad:
         raise ValueError("the study cannot go on:\n  " + '\n  '.join(bad))
+    for task in dict.fromkeys(c.task for c in cells):  # and each task's start files
+        try:
+            experiment_plan(study_experiment(sc, task), base, study_variants(sc, cells, task))
+        except ValueError as e:
+            raise ValueError(f"the study cannot go on: {e}") from None
     n = {k: sum(p['status'] == k for *_, p in plan) for k in ('complete', 'continue', 'start')}
     if verbose and n['complete'] + n['continue']:
         print(
@@ -228,31 +214,28 @@ def study_plan(sc: StudyConfig, cells: list, verbose: bool = True) -> list:
 
 
 def run_study(sc: StudyConfig, progress: bool = True) -> dict:
-    "Every run of every cell (complete ones left alone), in parallel; writes study.json."
+    "Every run of every cell (complete ones left alone), each task in parallel; writes study.json."
     import torch
 
     out, cells, t0 = Path(sc.out), study_cells(sc), time.time()
     plan = study_plan(sc, cells)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(sc.workers * sc.threads)
-    tasks = {t: prepare_task(sc, t, progress) for t in dict.fromkeys(c.task for c in cells)}
-    jobs = []
-    for c, cfg, d, p in plan:
-        ex, init, train, held, rf, se = tasks[c.task]
-        if p['status'] != 'complete':
-            jobs.append((cfg, d, init, train, held, rf, ex, se, None))
-    done = sum(p['step'] for *_, p in plan if p['status'] != 'complete')
-    desc = f"study: {len(jobs)} runs on {sc.workers} workers"
-    run_pool(jobs, sc.workers, len(jobs) * sc.steps, desc, done, progress and bool(jobs))
-    runs = {c.key: [str(run_dir(sc, c, s)) for s in sc.seeds] for c in cells}
+    starts = {}
+    for task in dict.fromkeys(c.task for c in cells):
+        ex, variants = study_experiment(sc, task), study_variants(sc, cells, task)
+        # chapter 17_experiment's runner; the study keeps its settings in study.json
+        starts[task] = run_variants(
+            ex, variants, cfg=base_train_config(sc), progress=progress, verbose=False, config=False
+        )[1]
     meta = dict(
         config=asdict(sc),
         cells=[asdict(c) | dict(key=c.key) for c in cells],
-        runs=runs,
+        runs={c.key: [str(run_dir(sc, c, s)) for s in sc.seeds] for c in cells},
         train=asdict(base_train_config(sc)),
         wall_s=time.time() - t0,
-        ran=len(jobs),
-        start_eval={t: v[-1] for t, v in tasks.items()},
+        ran=sum(p['status'] != 'complete' for *_, p in plan),
+        start_eval=starts,
     )
     (out / 'study.json').write_text(json.dumps(meta, indent=1, default=str))
     return meta

@@ -4,11 +4,10 @@
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #826e78b2
 from __future__ import annotations
-import json
 import sys
 import time
 import warnings
-from dataclasses import asdict, replace
+from dataclasses import replace
 
 # TRL and hara_ref.practice.trl are imported inside the functions: importing this module loads
 # neither
@@ -181,11 +180,15 @@ def train_run_trl(
     device='cpu',
     dtype: str = 'fp32',
     gradient_checkpointing: bool = False,
+    resume: bool = False,  # refused: a TRL run starts from step 0
     progress: bool = True,
-    start_eval: dict | None = None,
+    start_eval: dict | None = None,  # evaluation of the start policy (step 0), if already known
+    strategy_fn=None,  # the task's strategy(text, answer), for distinct strategies at evaluation
+    allow_config_change: bool = False,  # (only with `resume`)
+    hooks: dict | None = None,  # (TRL runs no extension: no HP-RLVR, no HORA)
 ) -> list:
     """One seeded run of `HaraGRPOTrainer` from `init_path`, written like
-    `hara_ref.train.rl.train_run` (metrics.jsonl, final/)."""
+    `hara_ref.train.rl.train_run` (metrics.jsonl, final/); an engine of `run_variants`."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from hara_ref.train.policy import load_policy, save_policy
     from hara_ref.train.rl import evaluate, progress_bar
@@ -193,8 +196,11 @@ def train_run_trl(
     from hara_ref.practice.trl import HaraGRPOTrainer
 
     run_dir = Path(run_dir)
+    if resume:
+        raise ValueError("the TRL engine cannot resume a run: start a fresh one in another folder")
+    if (run_dir / 'metrics.jsonl').exists():  # never written over
+        raise ValueError(f"{run_dir} already holds a run: use another folder")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / 'metrics.jsonl').unlink(missing_ok=True)
     model, tok = load_policy(init_path, device, dtype)
     tag, k = (
         dict(method=cfg.method, reweight=cfg.reweight, seed=cfg.seed, engine='trl'),
@@ -209,6 +215,7 @@ def train_run_trl(
         cfg.temperature,
         cfg.max_new_tokens,
         max_prompt_len=cfg.max_prompt_len,
+        strategy_fn=strategy_fn,
     )
     append_jsonl(
         run_dir / 'metrics.jsonl', dict(kind='eval', step=0, **tag, **(start_eval or ev(model)))
@@ -240,14 +247,11 @@ def train_run_trl(
 # %% ../../nbs/5_practice/19_trl_train.ipynb #1b4ea93a
 def train_cli_trl(ex, cfg) -> int:
     """`hara-ref train --engine trl`: the experiment of `hara-ref train` (SFT once, every variant
-    and
-    seed) through `HaraGRPOTrainer`."""
-    from hara_ref.train.policy import load_policy
-    from hara_ref.train.rl import evaluate
+    and seed) through `HaraGRPOTrainer`."""
     from hara_ref.train.experiment import (
-        prepare_start,
-        plot_runs,
-        summarize,
+        run_variants,
+        experiment_variants,
+        finish_experiment,
         variant_name,
         set_threads,
     )
@@ -270,65 +274,18 @@ def train_cli_trl(ex, cfg) -> int:
         return 2
     set_threads(max(1, ex.threads * ex.workers))
     t0 = time.time()
-    out = Path(ex.out)
-    out.mkdir(parents=True, exist_ok=True)
     # renamed-argument notices TRL triggers
     warnings.filterwarnings('ignore', category=FutureWarning, module=r'transformers\.')
     print(
-        f"hara-ref train --engine trl -> {out}  "
+        f"hara-ref train --engine trl -> {ex.out}  "
         f"({variant_name(cfg.method, '|'.join(ex.reweights))}, seeds {list(ex.seeds)}, "
         f"G={cfg.group_size}, {cfg.steps} steps, TRL GRPOTrainer)",
         flush=True,
     )
-    (out / 'config.json').write_text(
-        json.dumps(
-            dict(experiment=asdict(ex), train=asdict(cfg), engine='trl'), indent=1, default=str
-        )
-    )
-    init, train, held, reward_fn = prepare_start(ex, cfg.eval_prompts)
-    held = held[: cfg.eval_prompts]
-    m, tok = load_policy(init, ex.device, ex.dtype)
-    start = evaluate(
-        m,
-        tok,
-        held,
-        reward_fn,
-        cfg.eval_samples,
-        cfg.temperature,
-        cfg.max_new_tokens,
-        max_prompt_len=cfg.max_prompt_len,
-    )
-    (out / 'start_eval.json').write_text(json.dumps(start))
-    runs = {}
-    for rw in ex.reweights:
-        for s in ex.seeds:
-            d = out / 'runs' / f"{variant_name(cfg.method, rw)}-s{s}"
-            runs[d.name] = train_run_trl(
-                replace(cfg, reweight=rw, seed=s),
-                d,
-                init,
-                train,
-                held,
-                reward_fn,
-                ex.device,
-                ex.dtype,
-                ex.gradient_checkpointing,
-                True,
-                start,
-            )
-    plot_runs(
-        runs,
-        out / 'curves.png',
-        f"{cfg.method} (TRL GRPOTrainer): held-out pass@1 from {start['pass1']:.3f} (start)",
-    )
-    rows, table = summarize(runs, start)
-    wall = time.time() - t0
-    (out / 'summary.json').write_text(
-        json.dumps(dict(start=start, variants=rows, wall_s=wall, engine='trl'), indent=1)
-    )
-    print(table)
-    print(
-        f"total wall time {wall:.0f} s; curves: {out / 'curves.png'}; metrics: "
-        f"{out / 'runs'}/*/metrics.jsonl"
-    )
+    # each run is its own Trainer: one after the other, with all threads
+    one = replace(ex, workers=1, threads=max(1, ex.threads * ex.workers))
+    variants = experiment_variants(ex, cfg)
+    runs, start = run_variants(one, variants, train_run_trl, cfg=cfg, saved=dict(engine='trl'))
+    title = f"{cfg.method} (TRL GRPOTrainer): held-out pass@1 from {start['pass1']:.3f} (start)"
+    print(finish_experiment(ex.out, runs, start, title, t0, engine='trl'))
     return 0

@@ -40,8 +40,8 @@ from .policy import read_jsonl, load_trainer_state
 
 # %% auto #0
 __all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'set_threads', 'experiment_task', 'prepare_start',
-           'experiment_jobs', 'experiment_plan', 'run_experiment', 'run_parallel', 'run_pool', 'by_variant',
-           'plot_runs', 'summarize', 'paired_lines']
+           'experiment_variants', 'experiment_jobs', 'experiment_plan', 'start_point', 'run_variants', 'run_experiment',
+           'run_jobs', 'run_pool', 'by_variant', 'plot_runs', 'summarize', 'paired_lines', 'finish_experiment']
 
 # %% ../../nbs/4_train/17_experiment.ipynb #3023c47f
 @dataclass
@@ -179,31 +179,6 @@ def _strategy_fn(ex: ExperimentConfig):
     t = experiment_task(ex)
     return t.strategy if t else None
 
-
-def _job(args):
-    "Worker entry point: one `train_run` (top-level so that a spawned process can import it)."
-    cfg, run_dir, init, tr, ev, rf, ex, start_eval, hooks, q = args
-    set_threads(ex.threads)
-    report = (lambda n: q.put(n)) if q is not None else False
-    train_run(
-        cfg,
-        run_dir,
-        init,
-        tr,
-        ev,
-        rf,
-        ex.device,
-        ex.dtype,
-        ex.gradient_checkpointing,
-        ex.resume,
-        report,
-        start_eval,
-        _strategy_fn(ex),
-        ex.allow_config_change,
-        hooks,
-    )
-    return str(run_dir)
-
 # %% ../../nbs/4_train/17_experiment.ipynb #31de7207
 def prepare_start(ex: ExperimentConfig, eval_prompts: int = 100, progress: bool = True) -> tuple:
     """The start checkpoint (built-in: tiny Qwen3 after SFT, once) and the train / held-out items
@@ -261,13 +236,22 @@ _RESUMABLE = (
 )  # settings a resume may change
 
 
-def experiment_jobs(ex: ExperimentConfig, cfg: TrainConfig) -> list:
-    "(TrainConfig, run folder) of every (variant, seed) of the experiment."
-    name = lambda rw, s: f"{variant_name(cfg.method, rw, cfg.allocation)}-s{s}"
-    runs = Path(ex.out) / 'runs'
-    return [
-        (replace(cfg, reweight=rw, seed=s), runs / name(rw, s))
+def experiment_variants(ex: ExperimentConfig, cfg: TrainConfig) -> dict:
+    "{variant name: TrainConfig} of `hara-ref train`: `cfg` with each credit assignment of `ex`."
+    return {
+        variant_name(cfg.method, rw, cfg.allocation): replace(cfg, reweight=rw)
         for rw in ex.reweights
+    }
+
+
+def experiment_jobs(ex: ExperimentConfig, cfg: TrainConfig, variants: dict | None = None) -> list:
+    """(TrainConfig, run folder `<out>/runs/<variant>-s<seed>`) of every (variant, seed); variants
+    None: `experiment_variants`."""
+    runs = Path(ex.out) / 'runs'
+    variants = experiment_variants(ex, cfg) if variants is None else variants
+    return [
+        (replace(c, seed=s), runs / f"{name}-s{s}")
+        for name, c in variants.items()
         for s in ex.seeds
     ]
 
@@ -291,9 +275,9 @@ def _check_resume_files(ex: ExperimentConfig, cfg: TrainConfig):
         raise ValueError(f"the warm start is damaged: {bad}; delete {out / 'sft'} to redo it")
 
 
-def experiment_plan(ex: ExperimentConfig, cfg: TrainConfig) -> list:
+def experiment_plan(ex: ExperimentConfig, cfg: TrainConfig, variants: dict | None = None) -> list:
     "(cfg, run folder, `resume_point`) of each run; ValueError before any work if one cannot go on."
-    out, jobs = Path(ex.out), experiment_jobs(ex, cfg)
+    out, jobs = Path(ex.out), experiment_jobs(ex, cfg, variants)
     if not ex.resume:
         held = [d.name for _, d in jobs if (d / 'metrics.jsonl').exists()]
         held += ['config.json'] if (out / 'config.json').exists() else []
@@ -316,100 +300,145 @@ def experiment_plan(ex: ExperimentConfig, cfg: TrainConfig) -> list:
     return plan
 
 # %% ../../nbs/4_train/17_experiment.ipynb #7fe1d580
+def start_point(ex: ExperimentConfig, cfg: TrainConfig, progress: bool = True) -> tuple:
+    """`prepare_start` with the held-out items cut to `cfg.eval_prompts`, and the start's evaluation
+    (once: a resume reads it back)."""
+    init, train, held, reward_fn = prepare_start(ex, cfg.eval_prompts, progress)
+    held = held[: cfg.eval_prompts]
+    path = Path(ex.out) / 'start_eval.json'
+    if ex.resume and path.exists():
+        start = read_json(path, "delete it, and `resume` evaluates the start again")
+        return init, train, held, reward_fn, start
+    model, tok = load_policy(init, ex.device, ex.dtype)
+    start = evaluate(
+        model,
+        tok,
+        held,
+        reward_fn,
+        cfg.eval_samples,
+        cfg.temperature,
+        cfg.max_new_tokens,
+        max_prompt_len=cfg.max_prompt_len,
+        strategy_fn=_strategy_fn(ex),
+    )
+    path.write_text(json.dumps(start))
+    return init, train, held, reward_fn, start
+
+# %% ../../nbs/4_train/17_experiment.ipynb #runvar01
+def run_variants(
+    ex: ExperimentConfig,
+    variants: dict,  # {variant name: TrainConfig}, each trained for every seed of `ex`
+    engine=None,  # trains one run, with `train_run`'s arguments (None: `train_run`, chapter 16_rl)
+    hooks: dict | None = None,  # extensions the variants need (`need_hook`, chapter 16_rl)
+    cfg: TrainConfig | None = None,  # the settings config.json keeps (None: the first variant)
+    progress: bool = True,
+    verbose: bool = True,  # with `ex.resume`: print what happens to each run
+    saved: dict | None = None,  # more entries of config.json
+    config: bool = True,  # write config.json (False: the caller keeps the settings)
+) -> tuple:  # ({run name: metric rows}, the start's evaluation)
+    """SFT once, then every (variant, seed) run from that start with `engine`, complete runs left
+    alone; refuses before any work what it cannot do."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # transformers' 'Loading weights' bars would drown ours
+    cfg = cfg or next(iter(variants.values()))
+    for c in variants.values():
+        for name in needed_hooks(c):
+            need_hook(c, hooks, name)
+    plan = experiment_plan(ex, cfg, variants)
+    if ex.resume and verbose:
+        print('\n'.join(f"resume {p['message']}" for *_, p in plan), flush=True)
+    out = Path(ex.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if config and (ex.allow_config_change or not (ex.resume and (out / 'config.json').exists())):
+        keep = dict(experiment=asdict(ex), train=asdict(cfg), **(saved or {}))
+        (out / 'config.json').write_text(json.dumps(keep, indent=1, default=str))
+    init, train, held, reward_fn, start = start_point(ex, cfg, progress)
+    jobs = [(c, d) for c, d, p in plan if p['status'] != 'complete']
+    run_jobs(jobs, init, train, held, reward_fn, ex, start, progress, hooks, engine)
+    return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d, _ in plan}, start
+
+
 def run_experiment(
     ex: ExperimentConfig,
     cfg: TrainConfig,
     progress: bool = True,
     hooks: dict | None = None,  # extensions the trainer needs (`need_hook`, chapter 16_rl)
 ) -> dict:
-    "SFT (once) and every (variant, seed) run, complete runs left alone; {run name: metric rows}."
-    from transformers.utils import logging as hf_logging
+    "The runs of `hara-ref train` (`experiment_variants`), complete ones left alone; {run: rows}."
+    variants = experiment_variants(ex, cfg)
+    return run_variants(ex, variants, hooks=hooks, cfg=cfg, progress=progress)[0]
 
-    hf_logging.disable_progress_bar()  # transformers' 'Loading weights' bars would drown ours
-    for name in needed_hooks(cfg):
-        need_hook(cfg, hooks, name)
-    plan = experiment_plan(ex, cfg)  # refuses what it cannot do before any work
-    if ex.resume:
-        print('\n'.join(f"resume {p['message']}" for *_, p in plan), flush=True)
-    out = Path(ex.out)
-    out.mkdir(parents=True, exist_ok=True)
-    if ex.allow_config_change or not (ex.resume and (out / 'config.json').exists()):
-        saved = dict(experiment=asdict(ex), train=asdict(cfg))
-        (out / 'config.json').write_text(json.dumps(saved, indent=1, default=str))
-    init, train, held, reward_fn = prepare_start(ex, cfg.eval_prompts, progress)
-    held = held[: cfg.eval_prompts]
-    se_path = out / 'start_eval.json'
-    if ex.resume and se_path.exists():
-        start_eval = read_json(se_path, "delete it, and `resume` evaluates the start again")
-    else:
-        model, tok = load_policy(init, ex.device, ex.dtype)
-        start_eval = evaluate(
-            model,
-            tok,
-            held,
-            reward_fn,
-            cfg.eval_samples,
-            cfg.temperature,
-            cfg.max_new_tokens,
-            max_prompt_len=cfg.max_prompt_len,
-            strategy_fn=_strategy_fn(ex),
-        )
-        se_path.write_text(json.dumps(start_eval))
-    jobs = [(c, d) for c, d, p in plan if p['status'] != 'complete']
+# %% ../../nbs/4_train/17_experiment.ipynb #runvar02
+def run_jobs(
+    jobs: list,  # (TrainConfig, run folder) of each run
+    init,
+    train: list,
+    held: list,
+    reward_fn,
+    ex: ExperimentConfig,
+    start_eval: dict,
+    progress: bool = True,
+    hooks: dict | None = None,
+    engine=None,  # None: `train_run`
+):
+    "Train every job here (`ex.workers` 1) or in `ex.workers` spawned processes, one bar for all."
     if ex.workers <= 1:
         for c, d in jobs:
-            train_run(
-                c,
-                d,
-                init,
-                train,
-                held,
-                reward_fn,
-                ex.device,
-                ex.dtype,
-                ex.gradient_checkpointing,
-                ex.resume,
-                progress,
-                start_eval,
-                _strategy_fn(ex),
-                ex.allow_config_change,
-                hooks,
-            )
-    elif jobs:
-        run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress, hooks)
-    return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d, _ in plan}
-
-
-def run_parallel(jobs, init, train, held, reward_fn, ex, start_eval, progress, hooks=None):
-    "Run the jobs in `ex.workers` spawned processes; one progress bar over all their steps."
+            _train_one(c, d, init, train, held, reward_fn, ex, start_eval, hooks, engine, progress)
+        return
     steps = lambda d: (load_trainer_state(d, mmap=True) or {}).get('step', 0)
     done_steps = sum(steps(d) for _, d in jobs) if ex.resume else 0
-    args = [(c, d, init, train, held, reward_fn, ex, start_eval, hooks) for c, d in jobs]
-    run_pool(
-        args,
-        ex.workers,
-        sum(c.steps for c, _ in jobs),
-        f"RL: {len(jobs)} runs on {ex.workers} workers",
-        done_steps,
+    args = [(c, d, init, train, held, reward_fn, ex, start_eval, hooks, engine) for c, d in jobs]
+    desc = f"RL: {len(jobs)} runs on {ex.workers} workers"
+    run_pool(args, ex.workers, sum(c.steps for c, _ in jobs), desc, done_steps, progress)
+
+
+def _train_one(cfg, run_dir, init, train, held, reward_fn, ex, start_eval, hooks, engine, progress):
+    "One run of `engine` (None: `train_run`) with the settings of `ex`."
+    (engine or train_run)(
+        cfg,
+        run_dir,
+        init,
+        train,
+        held,
+        reward_fn,
+        ex.device,
+        ex.dtype,
+        ex.gradient_checkpointing,
+        ex.resume,
         progress,
+        start_eval,
+        _strategy_fn(ex),
+        ex.allow_config_change,
+        hooks,
     )
 
 
+def _job(args):
+    "Worker entry point: one run (top-level so that a spawned process can import it)."
+    *job, q = args
+    set_threads(job[6].threads)
+    _train_one(*job, (lambda n: q.put(n)) if q is not None else False)
+    return str(job[1])
+
+
 def run_pool(
-    job_args: list,  # argument tuples of `_job`, without its queue:
-    # (cfg, run_dir, init, train, held, reward_fn, ex, start_eval, hooks)
+    job_args: list,  # argument tuples of `_train_one` without `progress`:
+    # (cfg, run_dir, init, train, held, reward_fn, ex, start_eval, hooks, engine)
     workers: int,
     total_steps: int,
     desc: str,
     initial: int = 0,
     progress: bool = True,
 ):
-    """Run `_job` on every argument tuple in `workers` spawned processes, re-raising a worker's
-    error;
-    one progress bar over all their steps."""
+    """Run every job in `workers` spawned processes, re-raising a worker's error; one progress bar
+    over all their steps."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, wait, FIRST_COMPLETED
 
+    if not job_args:
+        return
     ctx = mp.get_context('spawn')
     with ctx.Manager() as man, ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         q = man.Queue()
@@ -562,3 +591,16 @@ def paired_lines(rows: list) -> list:
             f"pass@{r['k']} {d[1][0]:+.3f} [{d[1][1]:+.3f}, {d[1][2]:+.3f}]   (n = {d[0][3]})"
         )
     return out
+
+# %% ../../nbs/4_train/17_experiment.ipynb #finish01
+def finish_experiment(out, runs: dict, start: dict, title: str, t0: float, **extra) -> str:
+    """Write `curves.png` and `summary.json` (start, variants, wall time since `t0`, `extra`) to
+    `out`; the summary table and where the results are."""
+    out = Path(out)
+    plot_runs(runs, out / 'curves.png', title)
+    rows, table = summarize(runs, start)
+    wall = time.time() - t0
+    summary = dict(start=start, variants=rows, wall_s=wall, **extra)
+    (out / 'summary.json').write_text(json.dumps(summary, indent=1))
+    where = f"curves: {out / 'curves.png'}; metrics: {out / 'runs'}/*/metrics.jsonl"
+    return f"{table}\ntotal wall time {wall:.0f} s; {where}"
