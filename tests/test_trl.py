@@ -56,7 +56,7 @@ def parity(completion_ids, **kw):
     return [float(sum(c) % 2) for c in completion_ids]
 
 
-def make(cls, path, tmp, loss_type='grpo', steps=3, **kw):
+def make(cls, path, tmp, loss_type='grpo', steps=3, args_kw=None, **kw):
     args = GRPOConfig(
         output_dir=str(tmp / 'out'),
         per_device_train_batch_size=8,
@@ -73,10 +73,11 @@ def make(cls, path, tmp, loss_type='grpo', steps=3, **kw):
         loss_type=loss_type,
         disable_tqdm=True,
         bf16=False,
+        **(args_kw or {}),
     )
     return cls(
         model=str(path),
-        reward_funcs=parity,
+        reward_funcs=kw.pop('reward_funcs', parity),
         args=args,
         train_dataset=dataset(),
         processing_class=AutoTokenizer.from_pretrained(path),
@@ -433,3 +434,79 @@ def test_span_separators_are_step_boundaries():
     assert rw.method == 'hara-span' and (got - want).abs().max() == 0
     tok, _ = token_advantages(HaraConfig(novelty_kw=NOV), hidden, mask, rewards, gid, A)
     assert (got - tok).abs().max() > 1e-3  # spans average the token novelty: a different result
+
+
+# --- the TRL setups people run: tools, several passes per generation, LoRA, bf16 ---------------
+
+
+def tool_rollouts(tool_text: str):
+    """A `rollout_func` with a toy calculator: each completion is policy text, the tool's answer
+    `tool_text` (env_mask 0: not the policy's), policy text. The policy's tokens depend only on the
+    row and the step, so two runs that differ in `tool_text` only have the same policy tokens."""
+
+    def rollout(prompts, trainer):
+        tok = trainer.processing_class
+        tool = tok(tool_text, add_special_tokens=False)['input_ids']
+        out = dict(prompt_ids=[], completion_ids=[], logprobs=None, env_mask=[])
+        for i, prompt in enumerate(prompts):
+            g = torch.Generator().manual_seed(1000 * trainer.state.global_step + i)
+            n1, n2 = torch.randint(2, 5, (2,), generator=g).tolist()
+            own = torch.randint(4, len(tok), (n1 + n2,), generator=g).tolist()
+            out['prompt_ids'].append(tok(prompt, add_special_tokens=False)['input_ids'])
+            out['completion_ids'].append(own[:n1] + tool + own[n1:])
+            out['env_mask'].append([1] * n1 + [0] * len(tool) + [1] * n2)
+        return out
+
+    return rollout
+
+
+def first_tokens_parity(completion_ids, **kw):
+    "A reward read off the first two tokens, which are always the policy's."
+    return [float((c[0] + c[1]) % 2) for c in completion_ids]
+
+
+def test_tool_results_never_enter_hara(tiny, tmp_path, monkeypatch):
+    """Only the tool's answer differs between two runs: the advantages of every policy token are the
+    same (hidden_layer=0: embeddings, so context cannot carry the tool text into them), tool-result
+    tokens get weight 1, and the oracle saw the policy's tokens only, at their own positions."""
+    monkeypatch.setenv('TRL_EXPERIMENTAL_SILENCE', '1')
+    runs = []
+    for text in ('=46', '=1234567'):
+        tr = make(
+            Recording,
+            tiny,
+            tmp_path,
+            steps=1,
+            reward_funcs=first_tokens_parity,
+            rollout_func=tool_rollouts(text),
+            hara=HaraConfig(hidden_layer=0, novelty_kw=NOV),
+        )
+        tr.train()
+        runs.append(tr)
+    own, adv = [], []
+    for tr in runs:
+        o = tr.out
+        tool = o['completion_mask'].bool() & ~o['tool_mask'].bool()  # (b, T)
+        assert tool.sum(1).min() > 0  # every completion called the tool
+        # weight 1 on the tool's answer: TRL's advantage as it is
+        A = tr.hara_record['reweighting'].base  # (b,)
+        assert (o['advantages'] - A[:, None])[tool].abs().max() == 0
+        m = o['completion_mask'].bool() & o['tool_mask'].bool()  # (b, T)
+        own.append([c[r].tolist() for c, r in zip(o['completion_ids'], m)])
+        adv.append([a[r] for a, r in zip(o['advantages'], m)])
+    assert own[0] == own[1]  # the same policy tokens ...
+    assert runs[0].out['completion_ids'].shape != runs[1].out['completion_ids'].shape
+    # ... and the same advantages on each of them
+    assert max((x - y).abs().max().item() for x, y in zip(*adv)) <= 1e-6
+    assert any((x != x[:1]).any() for x in adv[0])  # token-level, not constant rows
+    # the oracle's batch: the policy's tokens moved to the front (position t = t-th own token)
+    o, rec = runs[0].out, runs[0].hara_record
+    n = torch.tensor([len(x) for x in own[0]])  # (b,)
+    mask = torch.arange(o['completion_ids'].shape[1]) < n[:, None]  # (b, T)
+    ids = torch.zeros_like(o['completion_ids'])
+    ids[mask] = torch.tensor(sum(own[0], []))
+    emb = AutoModelForCausalLM.from_pretrained(tiny).get_input_embeddings()
+    want, _ = hara_advantages(
+        emb(ids).detach(), mask, rec['rewards'], rec['group_ids'], advantages=rec['reweighting'].base, **NOV
+    )
+    assert max((want[i, : n[i]] - adv[0][i]).abs().max().item() for i in range(len(n))) <= 1e-6
