@@ -701,6 +701,11 @@ def test_bf16_autocast(tiny, tmp_path):
     tr = make(Recording, tiny, tmp_path, steps=1, args_kw=kw, hara=HaraConfig(novelty_kw=NOV))
     tr.train()
     assert tr.hidden.dtype == torch.float32
+    # the tiny model's residual stream stays float32 under autocast; a bfloat16 model's does not
+    net = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.bfloat16)
+    ids = torch.tensor([[5, 6, 7, 8]])  # (1, P+T)
+    one = torch.ones_like(ids[:, :2])  # (1, 2)
+    assert completion_hidden(net, ids[:, :2], one, ids[:, 2:], one).dtype == torch.float32
     assert tr.hara_record['reweighting'].weights.dtype == torch.float32
     stock = make(GRPOTrainer, tiny, tmp_path, steps=2, args_kw=kw)
     stock.train()
