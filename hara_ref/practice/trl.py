@@ -275,7 +275,9 @@ class HiddenTap:
             return args, {**kwargs, 'output_hidden_states': True}
 
         def keep(module, args, output):
-            self.chunks.append(upcast(output.hidden_states[self.layer][:, -T:]))  # (b', T, d)
+            hs = getattr(output, 'hidden_states', None)  # None: a backbone without them
+            if hs is not None:
+                self.chunks.append(upcast(hs[self.layer][:, -T:]))  # (b', T, d)
 
         hooks = [
             backbone.register_forward_pre_hook(ask, with_kwargs=True),
@@ -385,8 +387,10 @@ class HaraGRPOTrainer(GRPOTrainer):
         if self.model.training and needs_hidden(self.hara) and scores_old_policy(self):
             tap = HiddenTap(self.hara.hidden_layer)  # for TRL's old-policy scoring forward
         self._hara_tap = tap
-        out = super()._generate_and_score_completions(inputs)
-        self._hara_tap = None
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self._hara_tap = None
         if self.hara.reweight == 'none' or not self.model.training:
             return out
         self._hara_tapped = None if tap is None else tap.hidden(len(out['completion_ids']))
