@@ -1,6 +1,7 @@
 """HARA inside TRL's GRPOTrainer (hara_ref.practice.trl): stock parity at kappa=0, the oracle's
 advantages reach TRL's loss, 1 vs 2 processes, bad config."""
 
+import copy
 import os
 import signal
 import subprocess
@@ -20,7 +21,14 @@ from hara_ref.hara.weights import hara_advantages, reweight_advantages
 from hara_ref.hara.baselines import token_entropy
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy
 from hara_ref.practice.cli import train_cli
-from hara_ref.practice.trl import HaraConfig, HaraGRPOTrainer, token_advantages, rollout_labels
+from hara_ref.rlvr.basics import rounding_tol
+from hara_ref.practice.trl import (
+    HaraConfig,
+    HaraGRPOTrainer,
+    token_advantages,
+    rollout_labels,
+    completion_hidden,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 # a small CPU budget for the barycenter
@@ -56,7 +64,7 @@ def parity(completion_ids, **kw):
     return [float(sum(c) % 2) for c in completion_ids]
 
 
-def make(cls, path, tmp, loss_type='grpo', steps=3, **kw):
+def make(cls, path, tmp, loss_type='grpo', steps=3, args_kw=None, **kw):
     args = GRPOConfig(
         output_dir=str(tmp / 'out'),
         per_device_train_batch_size=8,
@@ -72,11 +80,11 @@ def make(cls, path, tmp, loss_type='grpo', steps=3, **kw):
         seed=0,
         loss_type=loss_type,
         disable_tqdm=True,
-        bf16=False,
+        **{'bf16': False, **(args_kw or {})},
     )
     return cls(
         model=str(path),
-        reward_funcs=parity,
+        reward_funcs=kw.pop('reward_funcs', parity),
         args=args,
         train_dataset=dataset(),
         processing_class=AutoTokenizer.from_pretrained(path),
@@ -446,3 +454,276 @@ def test_span_separators_are_step_boundaries():
     assert rw.method == 'hara-span' and (got - want).abs().max() == 0
     tok, _ = token_advantages(HaraConfig(novelty_kw=NOV), hidden, mask, rewards, gid, A)
     assert (got - tok).abs().max() > 1e-3  # spans average the token novelty: a different result
+
+
+# --- the TRL setups people run: tools, several passes per generation, LoRA, bf16 ---------------
+
+
+def tool_rollouts(tool_text: str):
+    """A `rollout_func` with a toy calculator: each completion is policy text, the tool's answer
+    `tool_text` (env_mask 0: not the policy's), policy text. The policy's tokens depend only on the
+    row and the step, so two runs that differ in `tool_text` only have the same policy tokens."""
+
+    def rollout(prompts, trainer):
+        tok = trainer.processing_class
+        tool = tok(tool_text, add_special_tokens=False)['input_ids']
+        out = dict(prompt_ids=[], completion_ids=[], logprobs=None, env_mask=[])
+        for i, prompt in enumerate(prompts):
+            g = torch.Generator().manual_seed(1000 * trainer.state.global_step + i)
+            n1, n2 = torch.randint(2, 5, (2,), generator=g).tolist()
+            own = torch.randint(4, len(tok), (n1 + n2,), generator=g).tolist()
+            out['prompt_ids'].append(tok(prompt, add_special_tokens=False)['input_ids'])
+            out['completion_ids'].append(own[:n1] + tool + own[n1:])
+            out['env_mask'].append([1] * n1 + [0] * len(tool) + [1] * n2)
+        return out
+
+    return rollout
+
+
+def first_tokens_parity(completion_ids, **kw):
+    "A reward read off the first two tokens, which are always the policy's."
+    return [float((c[0] + c[1]) % 2) for c in completion_ids]
+
+
+def test_tool_results_never_enter_hara(tiny, tmp_path, monkeypatch):
+    """Only the tool's answer differs between two runs: the advantages of every policy token are the
+    same (hidden_layer=0: embeddings, so context cannot carry the tool text into them), tool-result
+    tokens get weight 1, and the oracle saw the policy's tokens only, at their own positions."""
+    monkeypatch.setenv('TRL_EXPERIMENTAL_SILENCE', '1')
+    runs = []
+    for text in ('=46', '=1234567'):
+        tr = make(
+            Recording,
+            tiny,
+            tmp_path,
+            steps=1,
+            reward_funcs=first_tokens_parity,
+            rollout_func=tool_rollouts(text),
+            hara=HaraConfig(hidden_layer=0, novelty_kw=NOV),
+        )
+        tr.train()
+        runs.append(tr)
+    own, adv = [], []
+    for tr in runs:
+        o = tr.out
+        tool = o['completion_mask'].bool() & ~o['tool_mask'].bool()  # (b, T)
+        assert tool.sum(1).min() > 0  # every completion called the tool
+        # weight 1 on the tool's answer: TRL's advantage as it is
+        A = tr.hara_record['reweighting'].base  # (b,)
+        assert (o['advantages'] - A[:, None])[tool].abs().max() == 0
+        m = o['completion_mask'].bool() & o['tool_mask'].bool()  # (b, T)
+        own.append([c[r].tolist() for c, r in zip(o['completion_ids'], m)])
+        adv.append([a[r] for a, r in zip(o['advantages'], m)])
+    assert own[0] == own[1]  # the same policy tokens ...
+    assert runs[0].out['completion_ids'].shape != runs[1].out['completion_ids'].shape
+    # ... and the same advantages on each of them
+    assert max((x - y).abs().max().item() for x, y in zip(*adv)) <= 1e-6
+    assert any((x != x[:1]).any() for x in adv[0])  # token-level, not constant rows
+    # the oracle's batch: the policy's tokens moved to the front (position t = t-th own token)
+    o, rec = runs[0].out, runs[0].hara_record
+    n = torch.tensor([len(x) for x in own[0]])  # (b,)
+    mask = torch.arange(o['completion_ids'].shape[1]) < n[:, None]  # (b, T)
+    ids = torch.zeros_like(o['completion_ids'])
+    ids[mask] = torch.tensor(sum(own[0], []))
+    emb = AutoModelForCausalLM.from_pretrained(tiny).get_input_embeddings()
+    want, _ = hara_advantages(
+        emb(ids).detach(),
+        mask,
+        rec['rewards'],
+        rec['group_ids'],
+        advantages=rec['reweighting'].base,
+        **NOV,
+    )
+    assert max((want[i, : n[i]] - adv[0][i]).abs().max().item() for i in range(len(n))) <= 1e-6
+
+
+def base_advantages(o, G=G):
+    "Rewards, group ids and TRL's base advantages (scale_rewards='group') of a batch, recomputed."
+    mask = o['completion_mask'].bool()  # (B, T)
+    rewards = torch.tensor(parity([c[m].tolist() for c, m in zip(o['completion_ids'], mask)]))
+    r = rewards.view(-1, G)
+    base = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten()
+    return rewards, torch.arange(len(rewards)) // G, base
+
+
+class Passes(HaraGRPOTrainer):
+    """Keeps each generation batch with the hidden states HARA read and those of a plain forward,
+    and the advantages every `_compute_loss` call receives."""
+
+    def _hara_advantages(self, out, hidden, entropy):
+        ids = [out[k] for k in ('prompt_ids', 'prompt_mask', 'completion_ids', 'completion_mask')]
+        plain = completion_hidden(self.model, *ids, layer=self.hara.hidden_layer)  # (B, T, d)
+        adv = super()._hara_advantages(out, hidden, entropy)
+        self.gens = getattr(self, 'gens', []) + [dict(out=dict(out), hidden=hidden, plain=plain)]
+        self.gens[-1]['adv'] = adv
+        return adv
+
+    def _compute_loss(self, model, inputs):
+        self.received = getattr(self, 'received', []) + [inputs['advantages'].detach().clone()]
+        return super()._compute_loss(model, inputs)
+
+
+# (num_iterations, steps_per_generation, gradient_accumulation_steps); (1, 1, 1) is the tests above
+PASSES = [(2, 1, 1), (1, 2, 1), (1, 2, 2), (2, 2, 2)]
+
+
+@pytest.mark.parametrize('ni, spg, gas', PASSES)
+def test_several_passes_per_generation(tiny, tmp_path, ni, spg, gas):
+    """HARA's (B, T) advantages are computed once per generation batch, over its whole groups, equal
+    a direct `hara_advantages` call on it and reach every pass; kappa=0 trains as stock TRL."""
+    every = ni * spg  # micro-steps per generation
+    steps = every // gas  # one generation batch, every pass over it
+    kw = dict(num_iterations=ni, steps_per_generation=spg, gradient_accumulation_steps=gas)
+    tr = make(Passes, tiny, tmp_path, steps=steps, args_kw=kw, hara=HaraConfig(novelty_kw=NOV))
+    tr.train()
+    assert len(tr.gens) == 1 and len(tr.received) == every
+    for j, gen in enumerate(tr.gens):
+        o, mask = gen['out'], gen['out']['completion_mask'].bool()
+        assert len(mask) == 8 * spg  # the whole generation batch, not a micro-batch
+        tol = rounding_tol(gen['plain'].abs().max(), n=tr.model.config.intermediate_size)
+        assert (gen['hidden'] - gen['plain'])[mask].abs().max() <= tol
+        rewards, gid, base = base_advantages(o)
+        want, _ = hara_advantages(
+            gen['hidden'], mask, rewards, gid, granularity='tok', advantages=base, **NOV
+        )
+        assert (gen['adv'] - want).abs().max() <= 1e-6
+        # every pass and slice reads these advantages: TRL only shuffles and splits the rows
+        got = torch.cat(tr.received[j * every : (j + 1) * every])  # (ni B, T)
+        assert torch.equal(
+            torch.sort(got.flatten()).values, torch.sort(gen['adv'].repeat(ni, 1).flatten()).values
+        )
+    stock = make(GRPOTrainer, tiny, tmp_path, steps=steps, args_kw=kw)
+    stock.train()
+    k0 = make(HaraGRPOTrainer, tiny, tmp_path, steps=steps, args_kw=kw, hara=HaraConfig(kappa=0.0))
+    k0.train()
+    assert (flat_params(stock.model) - flat_params(k0.model)).abs().max() <= 1e-6
+
+
+def counting(cls):
+    "`cls` that counts forwards of the model's backbone outside generation."
+
+    class Counting(cls):
+        def train(self, *a, **kw):
+            self.forwards, self._generating = 0, False
+
+            def count(module, args, output):
+                self.forwards += not self._generating
+
+            hook = self.model.get_decoder().register_forward_hook(count)
+            try:
+                return super().train(*a, **kw)
+            finally:
+                hook.remove()
+
+        def _generate(self, prompts):
+            self._generating = True
+            try:
+                return super()._generate(prompts)
+            finally:
+                self._generating = False
+
+    return Counting
+
+
+@pytest.mark.parametrize('ni', [1, 2])
+def test_hara_reads_trls_scoring_forward(tiny, tmp_path, ni):
+    """Forwards per generation batch outside generation: HARA adds one only when TRL scores no old
+    policy (num_iterations=1, on-policy); with num_iterations=2 it reads TRL's scoring forward."""
+    kw = dict(num_iterations=ni)
+    stock = make(counting(GRPOTrainer), tiny, tmp_path, steps=ni, args_kw=kw)
+    stock.train()
+    ours = make(
+        counting(HaraGRPOTrainer),
+        tiny,
+        tmp_path,
+        steps=ni,
+        args_kw=kw,
+        hara=HaraConfig(novelty_kw=NOV),
+    )
+    ours.train()
+    # stock: one loss forward per step, plus TRL's old-policy scoring when ni > 1
+    assert stock.forwards == ni + (ni > 1)
+    assert ours.forwards == stock.forwards + (ni == 1)
+
+
+def lora():
+    from peft import LoraConfig
+
+    return LoraConfig(r=4, lora_alpha=8, target_modules=['q_proj', 'v_proj', 'up_proj'])
+
+
+def adapter_params(model):
+    return torch.cat([p.detach().flatten() for n, p in model.named_parameters() if 'lora_' in n])
+
+
+def test_lora_kappa0_equals_stock(tiny, tmp_path):
+    pytest.importorskip('peft')
+    stock = make(GRPOTrainer, tiny, tmp_path, steps=2, peft_config=lora())
+    stock.train()
+    ours = make(
+        HaraGRPOTrainer, tiny, tmp_path, steps=2, peft_config=lora(), hara=HaraConfig(kappa=0.0)
+    )
+    ours.train()
+    a, b = adapter_params(stock.model), adapter_params(ours.model)
+    lora_B = torch.cat([p.flatten() for n, p in ours.model.named_parameters() if 'lora_B' in n])
+    assert lora_B.abs().max() > 1e-4  # the adapter trained (lora_B starts at 0) ...
+    assert (a - b).abs().max() <= 1e-6  # ... exactly as stock TRL's
+
+
+class LoraHidden(HaraGRPOTrainer):
+    "Keeps the hidden states HARA read with those of the merged model and of the base model."
+
+    def _hara_advantages(self, out, hidden, entropy):
+        ids = [out[k] for k in ('prompt_ids', 'prompt_mask', 'completion_ids', 'completion_mask')]
+        merged = copy.deepcopy(self.model).merge_and_unload()
+        with self.model.disable_adapter():
+            base = completion_hidden(self.model, *ids)  # (B, T, d)
+        self.seen = dict(hidden=hidden, merged=completion_hidden(merged, *ids), base=base)
+        self.seen['mask'] = out['completion_mask'].bool()
+        return super()._hara_advantages(out, hidden, entropy)
+
+
+@pytest.mark.parametrize('ni', [1, 2])
+def test_lora_hara_reads_the_adapted_model(tiny, tmp_path, ni):
+    """kappa=1 with a LoRA adapter trains, and the hidden states HARA reads (its own forward, or
+    TRL's scoring forward with num_iterations=2) are the adapted model's: a direct forward of the
+    merged model, not of the base model."""
+    pytest.importorskip('peft')
+    tr = make(
+        LoraHidden,
+        tiny,
+        tmp_path,
+        steps=2 * ni,  # the second generation batch sees a trained adapter
+        peft_config=lora(),
+        args_kw=dict(num_iterations=ni),
+        hara=HaraConfig(novelty_kw=NOV),
+    )
+    start = adapter_params(tr.model)
+    tr.train()
+    assert (adapter_params(tr.model) - start).abs().max() > 1e-4
+    s, m = tr.seen, tr.seen['mask']
+    tol = rounding_tol(s['merged'].abs().max(), n=tr.model.config.intermediate_size)
+    assert (s['hidden'] - s['merged'])[m].abs().max() <= tol
+    assert (s['hidden'] - s['base'])[m].abs().max() > 10 * tol
+
+
+def test_bf16_autocast(tiny, tmp_path):
+    """Under bf16 autocast on CPU: HARA reads its hidden states in float32, and kappa=0 trains as
+    stock TRL does under the same autocast."""
+    kw = dict(bf16=True)
+    tr = make(Recording, tiny, tmp_path, steps=1, args_kw=kw, hara=HaraConfig(novelty_kw=NOV))
+    tr.train()
+    assert tr.hidden.dtype == torch.float32
+    # the tiny model's residual stream stays float32 under autocast; a bfloat16 model's does not
+    net = AutoModelForCausalLM.from_pretrained(tiny, dtype=torch.bfloat16)
+    ids = torch.tensor([[5, 6, 7, 8]])  # (1, P+T)
+    one = torch.ones_like(ids[:, :2])  # (1, 2)
+    assert completion_hidden(net, ids[:, :2], one, ids[:, 2:], one).dtype == torch.float32
+    assert tr.hara_record['reweighting'].weights.dtype == torch.float32
+    stock = make(GRPOTrainer, tiny, tmp_path, steps=2, args_kw=kw)
+    stock.train()
+    k0 = make(HaraGRPOTrainer, tiny, tmp_path, steps=2, args_kw=kw, hara=HaraConfig(kappa=0.0))
+    k0.train()
+    start = flat_params(AutoModelForCausalLM.from_pretrained(tiny))
+    assert (flat_params(stock.model) - start).abs().max() > 1e-4
+    assert (flat_params(stock.model) - flat_params(k0.model)).abs().max() <= 1e-6

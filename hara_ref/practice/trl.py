@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 import torch
 from trl import GRPOTrainer  # absolute import: the installed TRL package, not this module
@@ -17,7 +18,8 @@ from ..hara.rollouts import step_boundaries, check_scalar
 
 # %% auto #0
 __all__ = ['REWEIGHTS', 'GRANULARITIES', 'HaraConfig', 'check_hara_config', 'oracle_kwargs', 'needs_hidden', 'token_advantages',
-           'dry_run', 'check_hidden_layer', 'rollout_labels', 'completion_hidden', 'gather_rows', 'weight_stats',
+           'dry_run', 'check_hidden_layer', 'rollout_labels', 'upcast', 'completion_hidden', 'scores_old_policy',
+           'HiddenTap', 'gather_rows', 'policy_order', 'to_policy_order', 'from_policy_order', 'weight_stats',
            'combine_stats', 'HaraGRPOTrainer', 'hara_signals', 'batch_token_advantages', 'log_hara']
 
 # %% ../../nbs/5_practice/18_trl.ipynb #61042050
@@ -215,6 +217,11 @@ def rollout_labels(
     i = torch.arange(B, device=r.device)
     return r, torch.where(bad, B + i, i // num_generations)  # (B,), (B,)
 
+# %% ../../nbs/5_practice/18_trl.ipynb #c4e5a0b1
+def upcast(h: torch.Tensor) -> torch.Tensor:
+    "`h` in float32 if its dtype is narrower (bfloat16, float16); float32 and float64 as they are."
+    return h.to(torch.promote_types(h.dtype, torch.float32))
+
 # %% ../../nbs/5_practice/18_trl.ipynb #71ac0686
 @torch.no_grad()
 def completion_hidden(
@@ -242,8 +249,51 @@ def completion_hidden(
             logits_to_keep=1,
             use_cache=False,
         )
-        out.append(o.hidden_states[layer][:, -T:])  # (b, T, d)
+        out.append(upcast(o.hidden_states[layer][:, -T:]))  # (b, T, d)
     return torch.cat(out)  # (B, T, d)
+
+# %% ../../nbs/5_practice/18_trl.ipynb #b9d2f3a1
+def scores_old_policy(trainer) -> bool:
+    "Whether TRL's `_generate_and_score_completions` runs its old-policy scoring forward."
+    every = trainer.args.steps_per_generation * trainer.num_iterations
+    is_vllm = trainer.use_vllm and trainer.vllm_importance_sampling_correction
+    return trainer.args.gradient_accumulation_steps % every != 0 or is_vllm
+
+# %% ../../nbs/5_practice/18_trl.ipynb #b9d2f3a2
+class HiddenTap:
+    "Keeps hidden states (b, T, d) of the completion tokens from one scoring forward TRL runs."
+
+    def __init__(self, layer: int):
+        self.layer, self.T, self.chunks, self.used = layer, None, [], False
+
+    @contextmanager
+    def on(self, model, T: int):
+        "Inside: each forward of `model`'s backbone also returns hidden states; the last T kept."
+        backbone, self.T = model.get_decoder(), T
+
+        def ask(module, args, kwargs):
+            return args, {**kwargs, 'output_hidden_states': True}
+
+        def keep(module, args, output):
+            hs = getattr(output, 'hidden_states', None)  # None: a backbone without them
+            if hs is not None:
+                self.chunks.append(upcast(hs[self.layer][:, -T:]))  # (b', T, d)
+
+        hooks = [
+            backbone.register_forward_pre_hook(ask, with_kwargs=True),
+            backbone.register_forward_hook(keep),
+        ]
+        try:
+            yield self
+        finally:
+            for h in hooks:
+                h.remove()
+            self.used = True
+
+    def hidden(self, b: int) -> torch.Tensor | None:
+        "The kept hidden states (b, T, d), or None if the forward did not cover the b rows."
+        h = torch.cat(self.chunks) if self.chunks else None  # (b, T, d)
+        return h if h is not None and h.shape[:2] == (b, self.T) else None
 
 # %% ../../nbs/5_practice/18_trl.ipynb #6473bbd6
 def gather_rows(accelerator, x: torch.Tensor, pad_value=0) -> torch.Tensor:
@@ -252,6 +302,23 @@ def gather_rows(accelerator, x: torch.Tensor, pad_value=0) -> torch.Tensor:
     if x.ndim > 1:
         x = accelerator.pad_across_processes(x, dim=1, pad_index=pad_value)
     return accelerator.gather(x)
+
+# %% ../../nbs/5_practice/18_trl.ipynb #d1e2f3a1
+def policy_order(own: torch.Tensor) -> torch.Tensor:
+    "Column order (B, T) moving each row's own tokens (`own` (B, T) bool) to the front, in order."
+    return torch.sort((~own).to(torch.uint8), dim=1, stable=True).indices  # (B, T)
+
+
+def to_policy_order(x: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    "`x` (B, T, ...) with its columns in `order` (B, T): the policy's tokens first."
+    idx = order.view(*order.shape, *[1] * (x.ndim - 2)).expand_as(x)  # (B, T, ...)
+    return x.gather(1, idx)
+
+
+def from_policy_order(y: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    "The inverse of `to_policy_order`: `y` (B, T, ...) back in TRL's layout."
+    idx = order.view(*order.shape, *[1] * (y.ndim - 2)).expand_as(y)  # (B, T, ...)
+    return torch.empty_like(y).scatter_(1, idx, y)
 
 # %% ../../nbs/5_practice/18_trl.ipynb #7efca8d8
 def weight_stats(
@@ -316,15 +383,37 @@ class HaraGRPOTrainer(GRPOTrainer):
         """TRL's batch, then (training only) its advantages replaced by token advantages (b, T),
         with
         metrics."""
-        out = super()._generate_and_score_completions(inputs)
+        tap = None
+        if self.model.training and needs_hidden(self.hara) and scores_old_policy(self):
+            tap = HiddenTap(self.hara.hidden_layer)  # for TRL's old-policy scoring forward
+        self._hara_tap = tap
+        try:
+            out = super()._generate_and_score_completions(inputs)
+        finally:
+            self._hara_tap = None
         if self.hara.reweight == 'none' or not self.model.training:
             return out
+        self._hara_tapped = None if tap is None else tap.hidden(len(out['completion_ids']))
         t0 = time.perf_counter()
         hidden, entropy = self._hara_signals(out)
         t1 = time.perf_counter()
         out['advantages'] = self._hara_advantages(out, hidden, entropy)  # (b, T)
         self._hara_log(out, t1 - t0, time.perf_counter() - t0)
         return out
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, *a, **kw
+    ):
+        "TRL's scoring forward; the first call while a `HiddenTap` waits keeps the hidden states."
+        tap = getattr(self, '_hara_tap', None)
+        if tap is None or tap.used or model is not self.model:
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *a, **kw
+            )
+        with tap.on(model, logits_to_keep):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, *a, **kw
+            )
 
     def _hara_signals(self, out) -> tuple:
         return hara_signals(self, out)
@@ -343,14 +432,14 @@ def hara_signals(trainer, out: dict) -> tuple:
     cfg, args, model = trainer.hara, trainer.args, trainer.model
     ids = (out['prompt_ids'], out['prompt_mask'], out['completion_ids'], out['completion_mask'])
     bs = cfg.forward_batch_size or args.per_device_train_batch_size
-    hidden = entropy = None
+    hidden, entropy = getattr(trainer, '_hara_tapped', None), None
     with (
         torch.no_grad(),
         disable_gradient_checkpointing(model, args.gradient_checkpointing_kwargs),
         trainer.accelerator.autocast(),
     ):
         # (b, T, d)
-        if needs_hidden(cfg):
+        if needs_hidden(cfg) and hidden is None:
             hidden = completion_hidden(model, *ids, layer=cfg.hidden_layer, batch_size=bs)
         if cfg.reweight == 'entropy':
             pc, am = torch.cat(ids[0::2], 1), torch.cat(ids[1::2], 1)  # (b, P+T)
@@ -365,9 +454,14 @@ def batch_token_advantages(trainer, out: dict, hidden, entropy) -> torch.Tensor:
     """This process's token advantages (b, T); outcome groups that span processes (and 'entropy''s
     batch-wide top-ρ) are gathered first."""
     cfg, acc, G = trainer.hara, trainer.accelerator, trainer.num_generations
-    # (b, T), (b, T), (b,)
-    mask, ids, A = out['completion_mask'], out['completion_ids'], out['advantages']
-    (b, T), p = mask.shape, acc.process_index
+    own = out['completion_mask'].bool()  # (b, T) the policy's own tokens
+    if 'tool_mask' in out:
+        own = own & out['tool_mask'].bool()
+    order = policy_order(own)  # (b, T)
+    # (b, T), (b, T), (b, T, d), (b, T): own tokens first
+    mask, ids = to_policy_order(own, order), to_policy_order(out['completion_ids'], order)
+    hidden, entropy = (None if x is None else to_policy_order(x, order) for x in (hidden, entropy))
+    A, (b, T), p = out['advantages'], own.shape, acc.process_index  # (b,)
     # (P b,) each
     rewards, gid = rollout_labels(
         trainer._hara_rewards_per_func, trainer.reward_weights.to(A.device), G
@@ -383,16 +477,22 @@ def batch_token_advantages(trainer, out: dict, hidden, entropy) -> torch.Tensor:
     else:
         rewards, gid, rows = rewards[p * b : (p + 1) * b], gid[p * b : (p + 1) * b], slice(0, b)
     adv, rw = token_advantages(cfg, hidden, mask.bool(), rewards, gid, A, ids, entropy)  # (B', T')
-    trainer.hara_record = dict(reweighting=rw, rows=rows, rewards=rewards, group_ids=gid)
-    return adv[rows, :T].to(out['advantages'].dtype)  # (b, T)
+    tool = out['completion_mask'].bool() & ~own  # (b, T) tool results: weight 1
+    w = torch.where(tool, 1.0, from_policy_order(rw.weights[rows, :T], order))  # (b, T)
+    adv = from_policy_order(adv[rows, :T], order)  # (b, T)
+    adv = torch.where(tool, out['advantages'][:, None].to(adv.dtype), adv)  # (b, T)
+    trainer.hara_record = dict(
+        reweighting=rw, rows=rows, rewards=rewards, group_ids=gid, weights=w, own=own
+    )
+    return adv.to(out['advantages'].dtype)  # (b, T)
 
 # %% ../../nbs/5_practice/18_trl.ipynb #ddfbb478
 def log_hara(trainer, out: dict, t_forward: float, t_total: float):
     """Log `hara/weight_{mean,std,min,max}`, `hara/bary_iters`, `hara/time` and `hara/time_forward`
     next to TRL's metrics."""
     acc, rec = trainer.accelerator, trainer.hara_record
-    rw, rows, T = rec['reweighting'], rec['rows'], out['completion_mask'].shape[1]
-    st = weight_stats(rw.weights[rows, :T], out['completion_mask'].bool(), rw.base[rows])  # (5,)
+    rw, rows = rec['reweighting'], rec['rows']
+    st = weight_stats(rec['weights'], rec['own'], rw.base[rows])  # (5,)
     m = combine_stats(acc.gather(st[None].float().to(acc.device)).double())
     it = getattr(rw.novelty, 'bary_iters', None) if rw.novelty is not None else None
     # slowest process
