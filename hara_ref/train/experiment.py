@@ -568,6 +568,7 @@ def train_results(
     path,
     run_dir,  # a `hara-ref train` run folder with its summary.json
     command: str,  # the command that made it
+    data: str,  # task, model, steps, evaluation
     threads: str,  # e.g. '2 workers x 1 thread'
 ) -> dict:
     "The summary table and paired differences of a `hara-ref train` run, saved by `write_results`."
@@ -596,7 +597,7 @@ def train_results(
         path,
         tables,
         command,
-        f"{len(s['variants'][0]['per_seed'])} seeds",
+        f"{data}, {len(s['variants'][0]['per_seed'])} seeds",
         threads,
         dict(wall_s=round(s['wall_s'])),
     )
