@@ -323,6 +323,15 @@ def test_compare_hora_cli(tmp_path, capsys):
     for v in ('grpo-uniform', 'grpo-hora', 'rloo-uniform', 'rloo-hora', 'start (SFT)'):
         assert f"| {v} |" in table
     assert '| 12 |' in table  # rollouts per step: 3 prompts x G = 4, for every variant
+    # the same tables with how they were measured, for a chapter's results file
+    res = json.loads((tmp_path / 'compare.json').read_text())
+    assert res['command'].startswith('hara-ref compare hora --out') and not res['stale']
+    main, curve = res['tables']
+    big = dict(zip(main['columns'], zip(*main['rows'])))['largest group']
+    # start (SFT), then grpo-uniform, grpo-hora, rloo-uniform, rloo-hora: only HORA has groups of
+    # unequal size
+    assert [b == '' for b in big] == [True, True, False, True, False]
+    assert curve['columns'] == ['variant', '0', '1'] and len(curve['rows']) == 4
     assert compare_hora_cli(['--out', str(tmp_path), '--seeds', 'x']) == 2
 
 

@@ -17,8 +17,9 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['COMMANDS', 'TRAIN_FLAGS', 'main', 'field_comments', 'add_dataclass_flags', 'train_parser', 'configs_from_args',
-           'hooks_for', 'train_cli', 'compare_table', 'compare_cli', 'hora_variants', 'compare_hora_cli', 'hp_variants',
-           'compare_hp_cli', 'study_cli', 'bench_ot_cli', 'bench_hara_cli', 'bench_scale_cli']
+           'hooks_for', 'train_cli', 'compare_rows', 'curve_rows', 'compare_table', 'compare_cli', 'hora_variants',
+           'compare_hora_cli', 'hp_variants', 'compare_hp_cli', 'study_cli', 'bench_ot_cli', 'bench_hara_cli',
+           'bench_scale_cli']
 
 # %% ../../nbs/5_practice/21_cli.ipynb #294267e7
 COMMANDS = {  # subcommand path -> (module, function, one-line help)
@@ -308,6 +309,7 @@ import ot
 import torch
 from ..hara.novelty import BARY_DEFAULTS
 from .study import StudyConfig, study_cells, study_plan, run_study
+from ..train.policy import write_results
 from hara_ref.appendix.bench import (
     SCALE_CHOICES,
     BenchScaleConfig,
@@ -320,9 +322,9 @@ from hara_ref.appendix.bench import (
 )
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd02
-def compare_table(runs: dict, start: dict | None = None, rollouts: dict | None = None) -> str:
-    """Markdown table per variant: mean ± std over seeds of final pass@1 / pass@k and of training
-    statistics."""
+def compare_rows(runs: dict, start: dict | None = None, rollouts: dict | None = None) -> tuple:
+    """(columns, rows) per variant: mean ± std over seeds of final pass@1 / pass@k and of training
+    statistics (each averaged over a run's steps)."""
     from hara_ref.train.experiment import by_variant
 
     def ms(vals, d=3):
@@ -330,34 +332,51 @@ def compare_table(runs: dict, start: dict | None = None, rollouts: dict | None =
         return f"{v.mean():.{d}f} ± {(v.std() if len(v) > 1 else torch.tensor(0.0)):.{d}f}"
 
     last = lambda r: [x for x in r if x['kind'] == 'eval'][-1]
-    tr = lambda r, k: (
-        sum(x.get(k, 0.0) for x in r if x['kind'] == 'train')
-        / max(1, sum(x['kind'] == 'train' for x in r))
-    )
+    train = lambda r: [x for x in r if x['kind'] == 'train']
+    tr = lambda r, k: sum(x.get(k, 0.0) for x in train(r)) / max(1, len(train(r)))
     k = last(next(iter(runs.values())))['k']
-    lines = [
-        f"| variant | rollouts/step | seeds | pass@1 | pass@{k} | per-seed pass@1 | train hit "
-        "rate | zero-std share | zero-grad records |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+    cols = ['variant', 'rollouts/step', 'seeds', 'pass@1', f'pass@{k}', 'per-seed pass@1']
+    cols += ['train hit rate', 'zero-std share', 'zero-grad records', 'train reward']
+    cols += ['largest group']
+    rows = []
     if start:
-        lines.append(f"| start (SFT) | | | {start['pass1']:.3f} | {start['passk']:.3f} | | | | |")
+        rows.append(['start (SFT)', '', '', f"{start['pass1']:.3f}", f"{start['passk']:.3f}"])
+        rows[-1] += [''] * (len(cols) - 5)
     for v, rl in by_variant(runs).items():
-        zg = [
-            x.get('zero_grad_frac', 0.0) * x.get('n_updates', 0)
-            for r in rl
-            for x in r
-            if x['kind'] == 'train'
-        ]
-        nu = [x.get('n_updates', 0) for r in rl for x in r if x['kind'] == 'train']
-        seeds = ', '.join(f"{last(r)['pass1']:.3f}" for r in rl)
-        lines.append(
-            f"| {v} | {(rollouts or {}).get(v, '')} | {len(rl)} | "
-            f"{ms([last(r)['pass1'] for r in rl])} | {ms([last(r)['passk'] for r in rl])} | "
-            f"{seeds} | {ms([tr(r, 'hit_frac') for r in rl])} | "
-            f"{ms([tr(r, 'zero_std_frac') for r in rl])} | {round(sum(zg))} / {sum(nu)} |"
+        zg = [x.get('zero_grad_frac', 0.0) * x.get('n_updates', 0) for r in rl for x in train(r)]
+        nu = [x.get('n_updates', 0) for r in rl for x in train(r)]
+        big = 'max_group' in train(rl[0])[0] if train(rl[0]) else False
+        rows.append(
+            [v, (rollouts or {}).get(v, ''), len(rl)]
+            + [ms([last(r)[key] for r in rl]) for key in ('pass1', 'passk')]
+            + [', '.join(f"{last(r)['pass1']:.3f}" for r in rl)]
+            + [ms([tr(r, key) for r in rl]) for key in ('hit_frac', 'zero_std_frac')]
+            + [f"{round(sum(zg))} / {sum(nu)}", ms([tr(r, 'reward') for r in rl])]
+            + [ms([tr(r, 'max_group') for r in rl], 1) if big else '']
         )
-    return '\n'.join(lines)
+    return cols, rows
+
+
+def curve_rows(runs: dict) -> tuple:
+    "(columns, rows): held-out pass@1 at every evaluation step, mean over each variant's seeds."
+    from hara_ref.train.experiment import by_variant
+
+    out = {}
+    for v, rl in by_variant(runs).items():
+        evals = [{x['step']: x['pass1'] for x in r if x['kind'] == 'eval'} for r in rl]
+        steps = sorted(set.intersection(*(set(e) for e in evals)))
+        out[v] = {s: sum(e[s] for e in evals) / len(evals) for s in steps}
+    steps = sorted(set.intersection(*(set(c) for c in out.values())))
+    return ['variant', *map(str, steps)], [
+        [v, *(f"{c[s]:.3f}" for s in steps)] for v, c in out.items()
+    ]
+
+
+def compare_table(runs: dict, start: dict | None = None, rollouts: dict | None = None) -> str:
+    "`compare_rows` as a markdown table."
+    cols, rows = compare_rows(runs, start, rollouts)
+    lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+    return '\n'.join(lines + ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows])
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd03
 def compare_cli(argv: list, prog: str, variants_of) -> int:
@@ -393,8 +412,19 @@ def compare_cli(argv: list, prog: str, variants_of) -> int:
     runs, start = run_variants(ex, variants, hooks=hooks_for(*variants.values()), cfg=cfg)
     table = compare_table(runs, start, rollouts)
     (Path(ex.out) / 'compare.md').write_text(table + '\n')
+    wall = time.time() - t0
+    write_results(
+        Path(ex.out) / 'compare.json',
+        {prog: compare_rows(runs, start, rollouts), 'held-out pass@1 by step': curve_rows(runs)},
+        ' '.join([prog, *argv]),
+        f"task {ex.task}, {ex.sft_steps} SFT steps, {cfg.steps} RL steps x "
+        f"{cfg.prompts_per_step} prompts x G = {cfg.group_size}, seeds {list(ex.seeds)}, "
+        f"{cfg.eval_prompts} held-out prompts x {cfg.eval_samples} samples",
+        f"{ex.workers} worker(s) x {ex.threads} thread(s)",
+        dict(wall_s=round(wall)),
+    )
     print(table)
-    print(f"wall time {time.time() - t0:.0f} s")
+    print(f"wall time {wall:.0f} s; tables with provenance: {Path(ex.out) / 'compare.json'}")
     return 0
 
 # %% ../../nbs/5_practice/21_cli.ipynb #clicmd04

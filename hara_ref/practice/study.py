@@ -10,12 +10,44 @@ import time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 from ..train.rl import TrainConfig, resume_point
-from ..train.policy import read_jsonl
+from ..train.policy import read_json, read_jsonl
 from ..train.experiment import ExperimentConfig, experiment_plan, run_variants
 
 # %% auto #0
-__all__ = ['Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cells', 'run_dir', 'run_complete', 'study_experiment',
-           'study_variants', 'study_plan', 'run_study']
+__all__ = ['pilot_results', 'Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cells', 'run_dir', 'run_complete',
+           'study_experiment', 'study_variants', 'study_plan', 'run_study']
+
+# %% ../../nbs/5_practice/20_study.ipynb #pilot20ex
+def pilot_results(
+    path,
+    runs: dict,  # {learning rate label: `hara-ref train` run folder of the pilot}
+    steps: dict,  # {learning rate label: evaluation steps to show}
+    command: str,  # the commands that made the run folders
+    data: str,  # task, model and evaluation
+    threads: str,  # e.g. '2 workers x 1 thread'
+) -> dict:
+    """The pilot table: per learning rate and step, seed 0 / seed 1 (/ ...) of pass@1, pass@4,
+    pass@k, strategies and the mean entropy of the 10 training steps up to it; `write_results`."""
+    from hara_ref.train.policy import write_results
+
+    def at(rows, step, key):  # the metric of the evaluation at `step`
+        e = next(x for x in rows if x['kind'] == 'eval' and x['step'] == step)
+        tr = [x['entropy'] for x in rows if x['kind'] == 'train' and step - 10 < x['step'] <= step]
+        return dict(e, pass4=e['passk_curve'][3], entropy=sum(tr) / max(len(tr), 1))[key]
+
+    keys, rows = ('pass1', 'pass4', 'passk', 'strategies', 'entropy'), []
+    first = next(iter(runs.values()))
+    st = read_json(Path(first) / 'start_eval.json', 'run the pilot again')
+    rows.append(['(start)', 0] + [f"{v:.3f}" for v in (st['pass1'], st['passk_curve'][3])])
+    rows[-1] += [f"{st['passk']:.3f}", f"{st.get('strategies', float('nan')):.2f}", '']
+    for lr, d in runs.items():
+        seeds = [read_jsonl(m) for m in sorted(Path(d).glob('runs/*/metrics.jsonl'))]
+        for step in steps[lr]:
+            cell = lambda k, f: ' / '.join(f"{at(r, step, k):.{f}f}" for r in seeds)
+            rows.append([lr, step] + [cell(k, 2 if k == 'strategies' else 3) for k in keys])
+    k = st['k']
+    cols = ['lr', 'step', 'pass@1', 'pass@4', f'pass@{k}', 'strategies', 'entropy']
+    return write_results(path, {'GRPO pilot, per seed': (cols, rows)}, command, data, threads)
 
 # %% ../../nbs/5_practice/20_study.ipynb #16535361
 @dataclass(frozen=True)

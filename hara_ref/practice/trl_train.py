@@ -4,6 +4,7 @@
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #826e78b2
 from __future__ import annotations
+import json
 import sys
 import time
 import warnings
@@ -15,7 +16,7 @@ from pathlib import Path
 
 # %% auto #0
 __all__ = ['TRL_LOSS', 'hara_config_of', 'grpo_config_of', 'trl_dataset', 'trl_reward', 'metrics_callback', 'train_run_trl',
-           'train_cli_trl']
+           'train_cli_trl', 'timing_results']
 
 # %% ../../nbs/5_practice/19_trl_train.ipynb #c2d7c70d
 # our base method -> TRL's loss_type
@@ -289,3 +290,35 @@ def train_cli_trl(ex, cfg) -> int:
     title = f"{cfg.method} (TRL GRPOTrainer): held-out pass@1 from {start['pass1']:.3f} (start)"
     print(finish_experiment(ex.out, runs, start, title, t0, engine='trl'))
     return 0
+
+# %% ../../nbs/5_practice/19_trl_train.ipynb #trl19ex
+def timing_results(
+    path,
+    runs: dict,  # {engine label: run folder of `hara-ref train` with its summary.json}
+    command: str,  # the commands that made the run folders
+    threads: str,  # the thread layout of each engine
+) -> dict:
+    "Seconds per RL step and HARA's share of the HARA-tok step per engine; `write_results`."
+    from hara_ref.train.policy import read_json, write_results
+
+    rows = []
+    for label, d in runs.items():
+        s = read_json(Path(d) / 'summary.json', 'run the command again')
+        v = {r['variant']: r for r in s['variants']}
+        step = lambda name: f"{v[name]['step_s'][0]:.2f}"
+        share = f"{100 * v['grpo+hara-tok']['hara_share'][0]:.0f} %"
+        rows.append([label, step('grpo'), step('grpo+hara-tok'), share, f"{s['wall_s']:.0f} s"])
+    cols = [
+        'engine',
+        'GRPO s/step',
+        'HARA-tok s/step',
+        'HARA share of the HARA-tok step',
+        'wall time',
+    ]
+    return write_results(
+        path,
+        {'time per RL step': (cols, rows)},
+        command,
+        'built-in task, same SFT start, seed 0, 10 RL steps x 8 prompts x G = 8',
+        threads,
+    )

@@ -41,7 +41,8 @@ from .policy import read_jsonl, load_trainer_state
 # %% auto #0
 __all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'set_threads', 'experiment_task', 'prepare_start',
            'experiment_variants', 'experiment_jobs', 'experiment_plan', 'start_point', 'run_variants', 'run_experiment',
-           'run_jobs', 'run_pool', 'by_variant', 'plot_runs', 'summarize', 'paired_lines', 'finish_experiment']
+           'run_jobs', 'run_pool', 'by_variant', 'plot_runs', 'summarize', 'paired_lines', 'finish_experiment',
+           'train_results']
 
 # %% ../../nbs/4_train/17_experiment.ipynb #3023c47f
 @dataclass
@@ -604,3 +605,42 @@ def finish_experiment(out, runs: dict, start: dict, title: str, t0: float, **ext
     (out / 'summary.json').write_text(json.dumps(summary, indent=1))
     where = f"curves: {out / 'curves.png'}; metrics: {out / 'runs'}/*/metrics.jsonl"
     return f"{table}\ntotal wall time {wall:.0f} s; {where}"
+
+# %% ../../nbs/4_train/17_experiment.ipynb #exp17ex
+def train_results(
+    path,
+    run_dir,  # a `hara-ref train` run folder with its summary.json
+    command: str,  # the command that made it
+    data: str,  # task, model, steps, evaluation
+    threads: str,  # e.g. '2 workers x 1 thread'
+) -> dict:
+    "The summary table and paired differences of a `hara-ref train` run, saved by `write_results`."
+    from hara_ref.train.policy import read_json, write_results
+
+    s = read_json(Path(run_dir) / 'summary.json', 'run the command again')
+    f = lambda p, d=3: f"{p[0]:.{d}f} ± {p[1]:.{d}f}" if p else ''
+    k = s['variants'][0]['k']
+    cols = ['variant', 'held-out pass@1', f'pass@{k}', 'entropy (last 10 steps)']
+    cols += ['distinct strategies', 'seconds per RL step', "HARA's share of the step"]
+    st = s['start']
+    rows = [['start (SFT)', f"{st['pass1']:.3f}", f"{st['passk']:.3f}", '']]
+    rows[0] += [f"{st['strategies']:.2f}" if 'strategies' in st else '', '', '']
+    for v in s['variants']:
+        share = f(tuple(100 * x for x in v['hara_share']), 0) + ' %' if '+' in v['variant'] else ''
+        rows.append([v['variant'], f(v['pass1']), f(v['passk']), f(v['entropy'])])
+        rows[-1] += [f(v['strategies'], 2), f(v['step_s'], 2), share]
+    iv = lambda d: f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]"
+    paired = [[v['variant'], iv(v['d_pass1']), iv(v['d_passk'])] for v in s['variants'][1:]]
+    tables = {'mean ± std over seeds': (cols, rows)}
+    tables[f"paired against {s['variants'][0]['variant']}"] = (
+        ['variant', 'pass@1', f'pass@{k}'],
+        paired,
+    )
+    return write_results(
+        path,
+        tables,
+        command,
+        f"{data}, {len(s['variants'][0]['per_seed'])} seeds",
+        threads,
+        dict(wall_s=round(s['wall_s'])),
+    )

@@ -20,7 +20,8 @@ from torch.utils.checkpoint import checkpoint
 # %% auto #0
 __all__ = ['TASK_CHARS', 'SPECIAL_TOKENS', 'DTYPES', 'char_tokenizer', 'tiny_qwen3', 'replace_dir', 'save_policy',
            'checkpoint_problem', 'load_policy', 'pad_id', 'encode_prompts', 'sample', 'token_stats', 'policy_forward',
-           'peak_rss_mib', 'append_jsonl', 'read_jsonl', 'read_json', 'save_checkpoint', 'load_trainer_state']
+           'peak_rss_mib', 'code_version', 'write_results', 'show_results', 'memory_results', 'append_jsonl',
+           'read_jsonl', 'read_json', 'save_checkpoint', 'load_trainer_state']
 
 # %% ../../nbs/4_train/15_policy.ipynb #52343718
 TASK_CHARS = "0123456789+-*/=;:,.()[]{}\\ \n?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -358,6 +359,102 @@ def peak_rss_mib(
         [sys.executable, '-c', _PEAK_SCRIPT, *args], capture_output=True, text=True, check=True
     )
     return float(r.stdout.split()[-1])
+
+# %% ../../nbs/4_train/15_policy.ipynb #res15ex1
+def code_version() -> str:
+    "The git commit of the package's checkout (short hash, '+' if it has changes), or 'unknown'."
+    run = lambda *a: subprocess.run(
+        ['git', *a], cwd=Path(globals().get('__file__', '.')).parent, capture_output=True, text=True
+    )
+    try:
+        head = run('rev-parse', '--short', 'HEAD')
+        dirty = run('status', '--porcelain', '--untracked-files=no').stdout.strip()
+    except OSError:
+        return 'unknown'
+    return head.stdout.strip() + ('+' if dirty else '') if head.returncode == 0 else 'unknown'
+
+
+def write_results(
+    path,
+    tables: dict,  # {title: (column names, rows)}, each row a list of cells
+    command: str,  # how to measure it again
+    data: str,  # what was measured: task, model, sizes, seeds
+    threads: str,  # e.g. '2 workers x 1 thread'
+    values: dict | None = None,  # {name: number or text} beside the tables
+    measured_on: str | None = None,  # default: today and `code_version()`
+    stale: bool = False,  # True: numbers from an earlier code version, to be measured again
+    machine: str | None = None,  # default: this machine's platform and CPU count
+) -> dict:
+    "Save measured tables with their provenance as JSON at `path`; returns what it saved."
+    import datetime
+    import platform
+
+    for title, (cols, rows) in tables.items():
+        for i, row in enumerate(rows):
+            if len(row) != len(cols):
+                raise ValueError(
+                    f"tables[{title!r}] row {i} has {len(row)} cells for {len(cols)} columns"
+                )
+    today = datetime.date.today().isoformat()
+    res = dict(
+        command=command,
+        measured_on=measured_on or f"{today}, code {code_version()}",
+        machine=machine or f"{platform.platform()}, {os.cpu_count()} CPUs",
+        threads=threads,
+        data=data,
+        stale=bool(stale),
+        tables=[
+            dict(title=t, columns=list(c), rows=[list(r) for r in rs])
+            for t, (c, rs) in tables.items()
+        ],
+        values=dict(values or {}),
+    )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(res, indent=1, ensure_ascii=False) + '\n')
+    return res
+
+# %% ../../nbs/4_train/15_policy.ipynb #res15ex2
+def show_results(path) -> dict:
+    "Print a results file of `write_results`: its tables, values, and how they were measured."
+    res = json.loads(Path(path).read_text(encoding='utf-8'))
+    for t in res['tables']:
+        print(f"{t['title']}\n")
+        print('| ' + ' | '.join(map(str, t['columns'])) + ' |')
+        print('|' + '---|' * len(t['columns']))
+        for row in t['rows']:
+            print('| ' + ' | '.join(map(str, row)) + ' |')
+        print()
+    for k, v in res['values'].items():
+        print(f"{k}: {v}")
+    print(f"measured {res['measured_on']} on {res['machine']}, {res['threads']}")
+    print(f"data: {res['data']}")
+    print(f"command: {res['command']}")
+    if res['stale']:
+        print(f"STALE: these numbers are from an earlier code version ({res['measured_on']});")
+        print("rerun the command above on an idle machine to measure this code")
+    return res
+
+# %% ../../nbs/4_train/15_policy.ipynb #res15ex3
+def memory_results(
+    path,
+    shapes: tuple = ((4, 64), (16, 128)),  # (B, T) batches to score
+    V: int = 151_936,  # vocabulary (Qwen3's)
+    chunk_tokens: int = 256,
+) -> dict:
+    "Peak-RSS growth (MiB) of `policy_forward` per shape, with and without gradients and chunks."
+    rows = []
+    for B, T in shapes:
+        for grad in (False, True):
+            mib = [peak_rss_mib(B, T, V, c, grad) for c in (None, chunk_tokens)]
+            rows.append([f"{B} × {T}", 'yes' if grad else 'no', f"{mib[0]:,.0f}", f"{mib[1]:,.0f}"])
+    cols = ['B × T', 'gradients', 'unchunked MiB', f"chunked ({chunk_tokens} tokens) MiB"]
+    return write_results(
+        path,
+        {'peak RSS growth of one policy_forward call': (cols, rows)},
+        f"python -c \"from hara_ref.train.policy import memory_results; memory_results('{path}')\"",
+        f"tiny Qwen3 (d = 32, 2 layers, V = {V:,}), float32, random responses",
+        '1 torch thread per process',
+    )
 
 # %% ../../nbs/4_train/15_policy.ipynb #8e2a3c6b
 def append_jsonl(path, row: dict):
