@@ -6,11 +6,12 @@ from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / 'hara_ref'
 # the book's parts, in reading order
-PARTS = ('rlvr', 'ot', 'hara', 'train', 'practice', 'appendix')
+PARTS = ('rlvr', 'ot', 'hara', 'train', 'practice', 'appendix', 'testing')
 
 
 def module_name(path: Path) -> str:
-    return '.'.join(('hara_ref',) + path.relative_to(PKG).with_suffix('').parts)
+    parts = path.relative_to(PKG).with_suffix('').parts
+    return '.'.join(('hara_ref',) + (parts[:-1] if parts[-1] == '__init__' else parts))
 
 
 def imports(path: Path) -> list:
@@ -28,8 +29,11 @@ def imports(path: Path) -> list:
 
 
 def graph() -> dict:
+    # __init__ files count where they hold code (hara_ref.testing is its __init__)
     mods = {
-        module_name(p): p for p in PKG.rglob('*.py') if p.name not in ('__init__.py', '_modidx.py')
+        module_name(p): p
+        for p in PKG.rglob('*.py')
+        if p.name != '_modidx.py' and (p.name != '__init__.py' or 'import' in p.read_text())
     }
     return {m: {t for t, _ in imports(p) if t in mods} for m, p in mods.items()}
 
@@ -87,4 +91,16 @@ def test_no_private_name_crosses_modules():
 def test_command_lines_live_in_the_cli():
     "Algorithm modules parse no command line: argparse only in the CLI chapter."
     users = sorted(module_name(p) for p in PKG.rglob('*.py') if 'argparse' in p.read_text())
-    assert users == ['hara_ref.practice.cli']
+    assert users == ['hara_ref.practice.cli', 'hara_ref.testing']
+
+
+def test_nothing_imports_the_conformance_kit():
+    "hara_ref.testing needs hypothesis (a testing tool): no other module imports it."
+    bad = [
+        (module_name(p), m)
+        for p in PKG.rglob('*.py')
+        if not module_name(p).startswith('hara_ref.testing')
+        for m, _ in imports(p)
+        if m.startswith('hara_ref.testing')
+    ]
+    assert bad == []

@@ -58,6 +58,16 @@ COMMANDS = {  # subcommand path -> (module, function, one-line help)
         'compare_hp_cli',
         'GRPO vs HP-RLVR at 1/G and at matched rollouts, over seeds',
     ),
+    ('vectors',): (
+        'hara_ref.testing',
+        'vectors_cli',
+        "the oracle's frozen test vectors: safetensors files and a JSON index",
+    ),
+    ('check',): (
+        'hara_ref.testing',
+        'check_cli',
+        'check MODULE:FUNCTION against the oracle, quantity by quantity',
+    ),
 }
 
 # %% ../../nbs/5_practice/21_cli.ipynb #64ff9079
