@@ -10,7 +10,7 @@ import torch
 from hara_ref.hara.rollouts import check_scalar, span_ids
 from hara_ref.ot.fgw import normalize_features
 from hara_ref.appendix.barycenters import feature_scales
-from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, METHODS
+from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, REWEIGHTS
 from hara_ref.hara.novelty import hara_novelty
 from hara_ref.hara.baselines import shear_weights, entropy_weights, position_weights
 
@@ -225,7 +225,7 @@ def test_grad_requiring_inputs_are_detached(which):
     torch.testing.assert_close(out, ref)
 
 
-@pytest.mark.parametrize('method', METHODS)
+@pytest.mark.parametrize('method', REWEIGHTS)
 def test_grad_requiring_rewards_leave_no_graph_in_any_method(method):
     h, m, r, g = batch()
     H = torch.rand(8, 6, dtype=torch.float64, requires_grad=True)  # (B, T) entropies with a graph
