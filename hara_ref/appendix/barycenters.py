@@ -196,7 +196,7 @@ def fixed_point_error(
     change: torch.Tensor,  # (G,) residual $r_k = \max|F(Z_k)-Z_k|$ of each group
     # (G, 3) its residuals of the three iterations before ($\infty$ = none yet)
     past: torch.Tensor,
-) -> torch.Tensor:  # (G,) $r_k\max(1, \hat\rho/(1-\hat\rho))$, $\infty$ while residuals grow
+) -> torch.Tensor:  # (G,) $r_k\max(1, \hat\zeta/(1-\hat\zeta))$, $\infty$ while residuals grow
     """Estimated distance to the fixed point of a linearly converging iteration, from the
     contraction
     of the last residuals."""

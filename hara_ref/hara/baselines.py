@@ -157,7 +157,7 @@ def token_entropy(
 def entropy_weights(
     entropy: torch.Tensor,  # (B, T) token entropies H_{i,t}
     mask: torch.Tensor,  # (B, T) bool
-    rho: float = 0.2,  # ρ, share of the batch's tokens kept (Wang et al.: 0.2)
+    rho: float = 0.2,  # χ, share of the batch's tokens kept (Wang et al.: 0.2)
 ) -> torch.Tensor:
     """Wang et al.'s forking-token weights (B, T): 1 on the top-ρ highest-entropy real tokens of the
     batch, else 0 (1 on padding)."""
