@@ -39,10 +39,10 @@ from hara_ref.train.policy import (
 )
 
 # %% auto #0
-__all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'ALLOCATIONS', 'LOSS_AGG', 'HOOK_HOME', 'builtin_items', 'load_jsonl', 'sft_batch',
-           'sft', 'rewards_of', 'distinct_strategies', 'evaluate', 'rl_step_reference', 'TrainConfig',
-           'train_config_errors', 'credit_advantages', 'need_hook', 'needed_hooks', 'rl_step', 'ppo_update',
-           'config_changes', 'resume_point', 'progress_bar', 'train_run']
+__all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'ALLOCATIONS', 'LOSS_AGG', 'HOOK_HOME', 'RENAMED_FIELDS', 'builtin_items',
+           'load_jsonl', 'sft_batch', 'sft', 'rewards_of', 'distinct_strategies', 'evaluate', 'rl_step_reference',
+           'TrainConfig', 'train_config_errors', 'credit_advantages', 'need_hook', 'needed_hooks', 'rl_step',
+           'ppo_update', 'config_changes', 'resume_point', 'progress_bar', 'train_run']
 
 # %% ../../nbs/4_train/16_rl.ipynb #779adce1
 MATH_TEMPLATE = (
@@ -630,9 +630,14 @@ def ppo_update(
     )
 
 # %% ../../nbs/4_train/16_rl.ipynb #7d462dc0
+# old name -> field: a run folder saved under an older name is compared under the new one
+RENAMED_FIELDS = {'sinkhorn_iters': 'plan_iters'}
+
+
 def config_changes(saved: dict, now: dict, ignore: tuple = ()) -> list:
     "'`field` saved -> now' for each field (as JSON) whose value changed, but those in `ignore`."
     now = json.loads(json.dumps(now, default=str))
+    saved = {RENAMED_FIELDS.get(k, k): v for k, v in saved.items()}
     same = lambda k, v: k not in now or k in ignore or v == now[k]
     return [f"`{k}` {v!r} -> {now[k]!r}" for k, v in saved.items() if not same(k, v)]
 
