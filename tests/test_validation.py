@@ -117,7 +117,7 @@ def test_hara_config_reuses_the_checks():
         (dict(kappa='1'), TypeError, 'kappa'),
         (dict(clip=(0.5, math.inf)), ValueError, r'clip\[1\]'),
         (dict(clip=(math.nan, 2.0)), ValueError, r'clip\[0\]'),
-        (dict(granularity='span', span_len=True), TypeError, 'span_len'),
+        (dict(span_len=True), TypeError, 'span_len'),
         (dict(alpha=math.nan), ValueError, 'alpha'),
         (dict(reg=math.inf), ValueError, 'reg'),
         (dict(forward_batch_size=0), ValueError, 'forward_batch_size'),
