@@ -111,7 +111,7 @@ def test_group_barycenters_final_plans_cap():
     one = torch.zeros(4, dtype=torch.long)
     with pytest.warns(ConvergenceWarning, match='final plans stopped at their cap'):
         final = dict(num_iter_max=1, stop_thr=1e-12)
-        _, info = group_barycenters(pr.hidden, pr.mask, one, L_b=8, final_sinkhorn=final)
+        _, info = group_barycenters(pr.hidden, pr.mask, one, L_b=8, final_plans_kw=final)
     assert info['final_unconverged'] > 0
     with pytest.warns(ConvergenceWarning, match='groups not converged in 1 iterations'):
         group_barycenters(pr.hidden, pr.mask, one, L_b=8, max_iter=1)
@@ -140,7 +140,7 @@ def test_shear_defaults_converge_without_warning():
     assert not any('SHEAR' in n for n in rw.notes)
     # Sinkhorn at the same stop_thr and 200 iterations leaves window problems at the cap (counted)
     _, info_s = shear_weights(
-        h, m, r, g, solver='sinkhorn', sinkhorn_kw=dict(num_iter_max=200), log=True, warn=False
+        h, m, r, g, solver='sinkhorn', plan_kw=dict(num_iter_max=200), log=True, warn=False
     )
     assert info_s['unconverged'] > 0
 
@@ -150,7 +150,7 @@ def test_shear_cap_is_warned_once_and_noted():
     w = shear_weights(h, m, r, g)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        adv, rw = shear_advantages(h, m, r, g, sinkhorn_kw=dict(num_iter_max=1))
+        adv, rw = shear_advantages(h, m, r, g, plan_kw=dict(num_iter_max=1))
     caps = [x for x in caught if issubclass(x.category, ConvergenceWarning)]
     assert len(caps) == 1 and 'window OT problems stopped at num_iter_max=1' in str(caps[0].message)
     note = [n for n in rw.notes if n.startswith('SHEAR: ')]
@@ -158,6 +158,6 @@ def test_shear_cap_is_warned_once_and_noted():
     assert float((rw.weights - w).abs().max()) > 0.05  # the capped weights are visibly off
     msg = r'shear_weights: SHEAR: \d+ of \d+ window OT problems'
     with pytest.warns(ConvergenceWarning, match=msg):
-        shear_weights(h, m, r, g, solver='sinkhorn', sinkhorn_kw=dict(num_iter_max=1))
+        shear_weights(h, m, r, g, solver='sinkhorn', plan_kw=dict(num_iter_max=1))
     with pytest.raises(ValueError, match="solver must be 'newton' or 'sinkhorn'"):
         shear_weights(h, m, r, g, solver='emd')

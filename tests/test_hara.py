@@ -8,7 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.hara.weights import hara_advantages, reweight_advantages, METHODS
+from hara_ref.hara.weights import hara_advantages, reweight_advantages, REWEIGHTS
 from hara_ref.hara.novelty import hara_novelty, relative_novelty
 from hara_ref.hara.rollouts import span_ids, outcome_groups, pack_slots
 from hara_ref.ot.lfgw import lifted_cost
@@ -367,7 +367,7 @@ def test_reweight_dispatch():
     hidden, mask, rewards, gid, _, bnd = planted_pair()
     H = torch.rand(mask.shape, dtype=torch.float64)
     A = base_advantages(rewards, gid)
-    for m in METHODS:
+    for m in REWEIGHTS:
         adv, rw = reweight_advantages(m, hidden, mask, rewards, gid, logits_entropy=H)
         assert (
             adv.shape == mask.shape
@@ -519,7 +519,7 @@ def test_hara_reference_equals_the_oracle(case):
     r = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
     tight = dict(
         bary_kw=dict(tol=1e-11, max_iter=5000),
-        sinkhorn_kw=dict(stop_thr=1e-13),
+        plan_kw=dict(stop_thr=1e-13),
         median_kw=dict(tol=1e-13),
     )
     with warnings.catch_warnings():

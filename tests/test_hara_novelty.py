@@ -14,7 +14,7 @@ from hara_ref.hara.novelty import (
     version_excess,
     relative_to_group,
     BARY_DEFAULTS,
-    FINAL_SINKHORN,
+    PLAN_DEFAULTS,
 )
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.hara.rollouts import group_median, group_geometric_median, group_mean, outcome_groups
@@ -66,9 +66,9 @@ def tighter(f=100.0):
             inner_iter=10 * BARY_DEFAULTS['inner_iter'],
             stop_thr=1e-7 / f,
         ),
-        sinkhorn_kw=dict(
-            stop_thr=FINAL_SINKHORN['stop_thr'] / f,
-            num_iter_max=10 * FINAL_SINKHORN['num_iter_max'],
+        plan_kw=dict(
+            stop_thr=PLAN_DEFAULTS['stop_thr'] / f,
+            num_iter_max=10 * PLAN_DEFAULTS['num_iter_max'],
         ),
     )
 
@@ -98,7 +98,7 @@ def test_caps_are_noted_and_warned():
         'max_iter=3' in n for n in rw.novelty.notes
     )
     with pytest.warns(RuntimeWarning, match='final plans'):
-        _, rw = hara_advantages(h, m, r, g, sinkhorn_kw=dict(num_iter_max=1, stop_thr=1e-12))
+        _, rw = hara_advantages(h, m, r, g, plan_kw=dict(num_iter_max=1, stop_thr=1e-12))
     assert any('final plans' in n for n in rw.notes)
 
 
@@ -191,7 +191,7 @@ def test_one_changed_span_the_plans_would_leak():
     gc = torch.where(
         nov.computed, torch.searchsorted(torch.unique(nov.og[nov.computed]), nov.og), -1
     )
-    _, info = group_barycenters(h, m, gc, final_sinkhorn=dict(FINAL_SINKHORN), **BARY_DEFAULTS)
+    _, info = group_barycenters(h, m, gc, final_plans_kw=dict(PLAN_DEFAULTS), **BARY_DEFAULTS)
     phi = lift(normalize_features(h, how='unit'), chain_positions(m, h.dtype), 0.25)
     P = info['plans']
     y = stage_versions(P, phi)

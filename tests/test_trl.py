@@ -25,14 +25,14 @@ from hara_ref.rlvr.basics import rounding_tol
 from hara_ref.practice.trl import (
     HaraConfig,
     HaraGRPOTrainer,
-    token_advantages,
+    oracle_advantages,
     rollout_labels,
     completion_hidden,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
 # a small CPU budget for the barycenter
-NOV = dict(bary_kw=dict(max_iter=3, inner_iter=20), sinkhorn_kw=dict(num_iter_max=20))
+NOV = dict(bary_kw=dict(max_iter=3, inner_iter=20), plan_kw=dict(num_iter_max=20))
 G = 4
 
 
@@ -145,7 +145,7 @@ class Recording(HaraGRPOTrainer):
         return super()._compute_loss(model, inputs)
 
 
-@pytest.mark.parametrize('reweight', ['hara', 'shear', 'entropy', 'position'])
+@pytest.mark.parametrize('reweight', ['hara-tok', 'shear', 'entropy', 'position'])
 def test_loss_receives_the_oracle_advantages(tiny, tmp_path, reweight):
     tr = make(
         Recording, tiny, tmp_path, steps=1, hara=HaraConfig(reweight=reweight, novelty_kw=NOV)
@@ -163,7 +163,7 @@ def test_loss_receives_the_oracle_advantages(tiny, tmp_path, reweight):
         res = net(input_ids=ids, attention_mask=am, output_hidden_states=True)
     hidden, mask = res.hidden_states[-1][:, -T:], o['completion_mask'].bool()  # (B, T, d), (B, T)
     # the trainer's extra forward is a plain forward of the policy
-    if reweight in ('hara', 'shear'):
+    if reweight in ('hara-tok', 'shear'):
         assert (tr.hidden - hidden)[mask].abs().max() <= 1e-4
         hidden = tr.hidden
     # (B,)
@@ -172,7 +172,7 @@ def test_loss_receives_the_oracle_advantages(tiny, tmp_path, reweight):
     r = rewards.view(-1, G)
     # TRL's scale_rewards='group'
     base = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten()
-    if reweight == 'hara':
+    if reweight == 'hara-tok':
         want, _ = hara_advantages(
             hidden, mask, rewards, gid, granularity='tok', advantages=base, **NOV
         )
@@ -203,7 +203,7 @@ def test_loss_receives_the_oracle_advantages(tiny, tmp_path, reweight):
         'hara/time',
         'hara/time_forward',
     } <= set(logs)
-    assert ('hara/bary_iters' in logs) == (reweight == 'hara')
+    assert ('hara/bary_iters' in logs) == (reweight == 'hara-tok')
 
 
 def test_whole_groups_per_process_equal_the_global_batch():
@@ -215,9 +215,9 @@ def test_whole_groups_per_process_equal_the_global_batch():
     mask = torch.arange(9) < L[:, None]
     rewards, gid = torch.tensor([0.0, 1.0] * 8), torch.arange(16) // G
     A = torch.where(rewards > 0, 1.0, -1.0)
-    full, _ = token_advantages(HaraConfig(novelty_kw=NOV), hidden, mask, rewards, gid, A)
+    full, _ = oracle_advantages(HaraConfig(novelty_kw=NOV), hidden, mask, rewards, gid, A)
     for rows in (slice(0, 8), slice(8, 16)):
-        part, _ = token_advantages(
+        part, _ = oracle_advantages(
             HaraConfig(novelty_kw=NOV), hidden[rows], mask[rows], rewards[rows], gid[rows], A[rows]
         )
         assert (part - full[rows]).abs().max() <= 1e-6
@@ -318,12 +318,12 @@ def test_two_processes_match_one(tiny, tmp_path, per_process):
 @pytest.mark.parametrize(
     'kw, msg',
     [
-        (dict(granularity='word'), 'granularity'),
+        (dict(reweight='hara'), 'reweight'),
         (dict(L_b=1), 'L_b'),
         (dict(clip=(2.0, 3.0)), 'clip'),
         (dict(metric='cosine'), 'metric'),
         (dict(novelty_kw=dict(bogus=1)), 'bogus'),
-        (dict(granularity='span'), 'span_len'),
+        (dict(reweight='hara-seq', span_len=4), 'span_len'),
     ],
 )
 def test_bad_hara_config_fails_before_training(kw, msg):
@@ -369,7 +369,7 @@ def test_hara_ref_train_engine_trl(tmp_path, capsys):
         '32',
         '--bary-iters',
         '2',
-        '--sinkhorn-iters',
+        '--plan-iters',
         '10',
     ]
     assert train_cli(argv) == 0
@@ -421,7 +421,7 @@ def test_trl_run_refuses_a_folder_that_holds_a_run(tmp_path):
 
 
 def test_span_separators_are_step_boundaries():
-    "granularity='span' with span_sep_ids == the oracle with boundaries after each separator token."
+    "'hara-tok' with span_sep_ids == the oracle with boundaries after each separator token."
     from hara_ref.hara.rollouts import step_boundaries
 
     g = torch.Generator().manual_seed(1)
@@ -432,8 +432,8 @@ def test_span_separators_are_step_boundaries():
         torch.arange(8) // 4,
         torch.tensor([-1.0, 1.0] * 4),
     )
-    got, rw = token_advantages(
-        HaraConfig(granularity='span', span_sep_ids=(3,), novelty_kw=NOV),
+    got, rw = oracle_advantages(
+        HaraConfig(reweight='hara-tok', span_sep_ids=(3,), novelty_kw=NOV),
         hidden,
         mask,
         rewards,
@@ -452,7 +452,7 @@ def test_span_separators_are_step_boundaries():
         **NOV,
     )
     assert rw.method == 'hara-span' and (got - want).abs().max() == 0
-    tok, _ = token_advantages(HaraConfig(novelty_kw=NOV), hidden, mask, rewards, gid, A)
+    tok, _ = oracle_advantages(HaraConfig(novelty_kw=NOV), hidden, mask, rewards, gid, A)
     assert (got - tok).abs().max() > 1e-3  # spans average the token novelty: a different result
 
 

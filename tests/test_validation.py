@@ -10,7 +10,7 @@ import torch
 from hara_ref.hara.rollouts import check_scalar, span_ids
 from hara_ref.ot.fgw import normalize_features
 from hara_ref.appendix.barycenters import feature_scales
-from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, METHODS
+from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, REWEIGHTS
 from hara_ref.hara.novelty import hara_novelty
 from hara_ref.hara.baselines import shear_weights, entropy_weights, position_weights
 
@@ -117,7 +117,7 @@ def test_hara_config_reuses_the_checks():
         (dict(kappa='1'), TypeError, 'kappa'),
         (dict(clip=(0.5, math.inf)), ValueError, r'clip\[1\]'),
         (dict(clip=(math.nan, 2.0)), ValueError, r'clip\[0\]'),
-        (dict(granularity='span', span_len=True), TypeError, 'span_len'),
+        (dict(span_len=True), TypeError, 'span_len'),
         (dict(alpha=math.nan), ValueError, 'alpha'),
         (dict(reg=math.inf), ValueError, 'reg'),
         (dict(forward_batch_size=0), ValueError, 'forward_batch_size'),
@@ -225,7 +225,7 @@ def test_grad_requiring_inputs_are_detached(which):
     torch.testing.assert_close(out, ref)
 
 
-@pytest.mark.parametrize('method', METHODS)
+@pytest.mark.parametrize('method', REWEIGHTS)
 def test_grad_requiring_rewards_leave_no_graph_in_any_method(method):
     h, m, r, g = batch()
     H = torch.rand(8, 6, dtype=torch.float64, requires_grad=True)  # (B, T) entropies with a graph

@@ -95,9 +95,7 @@ def main(model, out, per_device, steps, loss_type='grpo'):
         train_dataset=ds,
         processing_class=tok,
         hara=HaraConfig(
-            novelty_kw=dict(
-                bary_kw=dict(max_iter=3, inner_iter=20), sinkhorn_kw=dict(num_iter_max=20)
-            )
+            novelty_kw=dict(bary_kw=dict(max_iter=3, inner_iter=20), plan_kw=dict(num_iter_max=20))
         ),
     )
     tr.seen = []

@@ -196,7 +196,7 @@ def fixed_point_error(
     change: torch.Tensor,  # (G,) residual $r_k = \max|F(Z_k)-Z_k|$ of each group
     # (G, 3) its residuals of the three iterations before ($\infty$ = none yet)
     past: torch.Tensor,
-) -> torch.Tensor:  # (G,) $r_k\max(1, \hat\rho/(1-\hat\rho))$, $\infty$ while residuals grow
+) -> torch.Tensor:  # (G,) $r_k\max(1, \hat\zeta/(1-\hat\zeta))$, $\infty$ while residuals grow
     """Estimated distance to the fixed point of a linearly converging iteration, from the
     contraction
     of the last residuals."""
@@ -237,7 +237,7 @@ def group_barycenters(
     # Sinkhorn checks its marginal error every this many iterations
     check_every: int = 5,
     # if given, keywords of `solver`'s function for one more solve against the final Z (exact plans)
-    final_sinkhorn: dict | None = None,
+    final_plans_kw: dict | None = None,
     # `ConvergenceWarning` if a group or a final plan stopped at its cap
     warn: bool = True,
     # Anderson memory m of the outer fixed point (0: plain iteration, the reference), see above
@@ -391,7 +391,7 @@ def group_barycenters(
             # converged groups (or at rounding level) are frozen: Z, plans, potentials
             live[g[(dist[g] < tol) | (change < noise)]] = False
         # one more solve against the final Z: exact plans of nbs/hara_math.ipynb §6
-        if final_sinkhorn is not None and rows.numel():
+        if final_plans_kw is not None and rows.numel():
             M = rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha)  # (R, T, L_b)
             # warm
             if newton:
@@ -401,7 +401,7 @@ def group_barycenters(
                     M,
                     reg,
                     log=True,
-                    **{'warn': False, 'log_v0': log_v[rows], **final_sinkhorn},
+                    **{'warn': False, 'log_v0': log_v[rows], **final_plans_kw},
                 )
             else:
                 P, lg = sinkhorn_log(
@@ -410,7 +410,7 @@ def group_barycenters(
                     M,
                     reg,
                     log=True,
-                    **{'warn': False, 'omega': omega, 'check_every': check_every, **final_sinkhorn},
+                    **{'warn': False, 'omega': omega, 'check_every': check_every, **final_plans_kw},
                 )
             PM = P * M  # (R, T, L_b)
             plans[rows], tok[rows], node[rows], merr[rows] = P, PM.sum(-1), PM.sum(-2), lg['err']
@@ -443,8 +443,8 @@ def group_barycenters(
         marginal_err=merr,
         lam=lam,
     )
-    if final_sinkhorn is not None:
-        info['final_sinkhorn_iters'] = lg['n_iter'] if rows.numel() else 0
+    if final_plans_kw is not None:
+        info['final_plans_iters'] = lg['n_iter'] if rows.numel() else 0
         # final plans that stopped at their cap
         info['final_unconverged'] = int((~lg['converged']).sum()) if rows.numel() else 0
         if warn and info['final_unconverged']:
@@ -482,7 +482,7 @@ def linearized_barycenter(
     # Sinkhorn checks its marginal error every this many iterations
     check_every: int = 5,
     # keywords of `solver`'s function for one more solve against the final Z (exact plans)
-    final_sinkhorn: dict | None = None,
+    final_plans_kw: dict | None = None,
     warn: bool = True,  # warn if not converged
     # Anderson memory of the outer fixed point (0: plain iteration)
     anderson: int = 0,
@@ -512,7 +512,7 @@ def linearized_barycenter(
         inner_iter,
         omega,
         check_every,
-        final_sinkhorn,
+        final_plans_kw,
         warn,
         anderson,
         solver,

@@ -110,7 +110,7 @@ def sinkhorn_column_step(
 
 # %% ../../nbs/6_appendix/23_newton.ipynb #31052471
 def newton_direction(
-    H: torch.Tensor,  # (P, m, m) $\operatorname{diag}(c) - T^\top S$
+    H: torch.Tensor,  # (P, m, m) $\operatorname{diag}(c) - T^\top \Gamma$
     c: torch.Tensor,  # (P, m) column mass
     b: torch.Tensor,  # (P, m) column weights (0 = padding)
 ) -> tuple:  # step d (P, m), gradient b - c (P, m)

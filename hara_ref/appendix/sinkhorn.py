@@ -40,7 +40,7 @@ def scaling_step(
     v: torch.Tensor | None = None,
     # over-relaxation $\omega$ (scalar or (..., 1)); 1 = plain Sinkhorn
     omega: float | torch.Tensor = 1.0,
-) -> tuple:  # (u, v, ok): new corrections, and (...,) bool "finite and within $e^{\pm\tau}$"
+) -> tuple:  # (u, v, ok): new corrections, and (...,) bool "finite and within $e^{\pm\vartheta}$"
     """One exp-domain Sinkhorn iteration on the stabilised kernel: $\\tilde v = b / \\tilde K^\\top
     \\tilde u$, $\\tilde u = a / \\tilde K \\tilde v$ (over-relaxed: $\\tilde
     v^{1-\\omega}(\\cdot)^\\omega$)."""
@@ -192,7 +192,7 @@ def relax_omega(
     # omega for items still at 1 after a plain window, or 'auto' (from the observed rate)
     target: float | str,
 ) -> torch.Tensor:  # (..., 1) new omega
-    """Over-relaxation control: switch slow items to `target` (or $2/(1+\\sqrt{1-\\rho})$); halve
+    """Over-relaxation control: switch slow items to `target` (or $2/(1+\\sqrt{1-\\zeta})$); halve
     $\\omega-1$ when the error grows."""
     grew = (active & (new_err > err)).unsqueeze(-1)  # (..., 1)
     w = torch.where(grew, 1 + (w - 1) / 2, w)

@@ -21,7 +21,7 @@ from hara_ref.hara.rollouts import (
 )
 
 # %% auto #0
-__all__ = ['SHEAR_SINKHORN', 'window_starts', 'shear_weights', 'shear_cap_note', 'token_entropy', 'entropy_weights',
+__all__ = ['SHEAR_PLAN_DEFAULTS', 'window_starts', 'shear_weights', 'shear_cap_note', 'token_entropy', 'entropy_weights',
            'position_weights', 'labels_only', 'shear_advantages', 'entropy_advantages', 'position_advantages']
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #b1597dfe
@@ -64,7 +64,7 @@ def _prompt_spans(
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #79c8214e
 # window OT solves (ours: distances are O(1))
-SHEAR_SINKHORN = dict(num_iter_max=100, stop_thr=1e-6)
+SHEAR_PLAN_DEFAULTS = dict(num_iter_max=100, stop_thr=1e-6)
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #68f39895
 def shear_weights(
@@ -76,7 +76,7 @@ def shear_weights(
     stride: int = 4,  # stride s (SHEAR: 25)
     reg: float = 0.05,  # ε of the entropic W1 (on costs divided by the mean hidden-state norm)
     # more arguments for the window solver (num_iter_max, stop_thr, ...)
-    sinkhorn_kw: dict | None = None,
+    plan_kw: dict | None = None,
     solver: str = 'newton',  # window OT: 'newton' (`semidual_newton`), 'sinkhorn' (`sinkhorn_log`)
     warn: bool = True,  # one `ConvergenceWarning` per call if window problems stopped at their cap
     log: bool = False,  # also return dict(windows, unconverged, err, num_iter_max, solver)
@@ -91,7 +91,7 @@ def shear_weights(
         raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
     solve = semidual_newton if solver == 'newton' else sinkhorn_log
     # caps: counted, reported below
-    kw = {**SHEAR_SINKHORN, **(sinkhorn_kw or {}), 'warn': False, 'log': True}
+    kw = {**SHEAR_PLAN_DEFAULTS, **(plan_kw or {}), 'warn': False, 'log': True}
     info = dict(
         windows=0,
         unconverged=0,
@@ -157,7 +157,7 @@ def token_entropy(
 def entropy_weights(
     entropy: torch.Tensor,  # (B, T) token entropies H_{i,t}
     mask: torch.Tensor,  # (B, T) bool
-    rho: float = 0.2,  # ρ, share of the batch's tokens kept (Wang et al.: 0.2)
+    rho: float = 0.2,  # χ, share of the batch's tokens kept (Wang et al.: 0.2)
 ) -> torch.Tensor:
     """Wang et al.'s forking-token weights (B, T): 1 on the top-ρ highest-entropy real tokens of the
     batch, else 0 (1 on padding)."""

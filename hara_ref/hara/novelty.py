@@ -23,7 +23,7 @@ from hara_ref.hara.rollouts import (
 )
 
 # %% auto #0
-__all__ = ['BARY_DEFAULTS', 'FINAL_SINKHORN', 'MEDIAN_DEFAULTS', 'token_contributions', 'token_novelty', 'sequence_novelty',
+__all__ = ['BARY_DEFAULTS', 'PLAN_DEFAULTS', 'MEDIAN_DEFAULTS', 'token_contributions', 'token_novelty', 'sequence_novelty',
            'span_novelty', 'relative_novelty', 'local_assignment', 'stage_versions', 'version_excess',
            'relative_to_group', 'Novelty', 'stage_novelty', 'hara_novelty']
 
@@ -196,7 +196,7 @@ BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=F
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #d2cfc5d3
 # the final plans' solver settings (ours; a cap, never reached by Newton)
-FINAL_SINKHORN = dict(num_iter_max=5000, stop_thr=1e-6, warn=False)
+PLAN_DEFAULTS = dict(num_iter_max=5000, stop_thr=1e-6, warn=False)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #9eb14450
 # the geometric group reference's solver settings (ours); caps go to notes
@@ -339,7 +339,7 @@ def hara_novelty(
     # solve one more Sinkhorn to the returned barycenter (False: reuse the last iteration's plans)
     final_plans: bool = True,
     # keyword arguments for that final `sinkhorn_log` (num_iter_max, stop_thr, ...)
-    sinkhorn_kw: dict | None = None,
+    plan_kw: dict | None = None,
     # the inputs already went through `check_rollouts` (skip a second pass over hidden)
     checked: bool = False,
     # 'linearized' (`group_barycenters`) | 'exact' (chapter 25_exact's `exact_group_barycenters`; no
@@ -400,12 +400,12 @@ def hara_novelty(
         # (B,) computed group of each rollout, -1 = none
         gc = torch.where(computed, torch.searchsorted(groups, og), -1)
         fs = (
-            {**FINAL_SINKHORN, **(sinkhorn_kw or {})}
+            {**PLAN_DEFAULTS, **(plan_kw or {})}
             if final_plans and metric != 'embed' and barycenter == 'linearized'
             else None
         )
         # float32: rounding level
-        if fs is not None and 'stop_thr' not in (sinkhorn_kw or {}):
+        if fs is not None and 'stop_thr' not in (plan_kw or {}):
             fs['stop_thr'] = max(fs['stop_thr'], 100 * torch.finfo(hidden.dtype).eps)
         # here: hara_ref.appendix.exact imports this module
         if barycenter == 'exact':
@@ -426,7 +426,7 @@ def hara_novelty(
                 L_b=L_b,
                 reg=reg,
                 normalize=normalize,
-                final_sinkhorn=fs,
+                final_plans_kw=fs,
                 **bk,
             )
         )
@@ -437,7 +437,7 @@ def hara_novelty(
             info['n_iter_group'],
         )
         if fs is not None:
-            sk['final'] = info['final_sinkhorn_iters']
+            sk['final'] = info['final_plans_iters']
         caps = _cap_notes(info, bk, fs, barycenter)
         for n in caps:
             warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)

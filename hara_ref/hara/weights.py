@@ -17,7 +17,7 @@ from hara_ref.hara.rollouts import (
 )
 from hara_ref.hara.novelty import (
     BARY_DEFAULTS,
-    FINAL_SINKHORN,
+    PLAN_DEFAULTS,
     span_novelty,
     relative_novelty,
     local_assignment,
@@ -40,7 +40,8 @@ from hara_ref.hara.baselines import (
 )
 
 # %% auto #0
-__all__ = ['ORACLE_DEFAULTS', 'METHODS', 'hara_weights', 'hara_reference', 'hara_advantages', 'reweight_advantages']
+__all__ = ['ORACLE_DEFAULTS', 'REWEIGHTS', 'hara_weights', 'hara_reference', 'hara_advantages', 'reweight_advantages',
+           'needs_hidden']
 
 # %% ../../nbs/3_hara/13_hara.ipynb #f75cb158
 def hara_weights(
@@ -124,7 +125,7 @@ def hara_advantages(
     # relative novelty: 'group' (stage by stage, the default) | 'barycenter' (n / n̄_g)
     reference: str = 'group',
     # metric, alpha (0.25), L_b (32), reg (0.05), normalize ('unit'), bary_kw, final_plans,
-    # sinkhorn_kw,
+    # plan_kw,
     **novelty_kw,
 ) -> tuple:  # barycenter ('linearized' | 'exact', chapter 25_exact)
     """HARA oracle: token advantages (B, T), base advantages reweighted by FGW novelty; a record.
@@ -216,8 +217,14 @@ def reweight_advantages(
         )
     if method == 'position':
         return position_advantages(hidden, mask, rewards, group_ids, base, advantages, **kw)
-    raise ValueError(f"unknown method {method!r}: use one of {METHODS}")
+    raise ValueError(f"unknown method {method!r}: use one of {REWEIGHTS}")
 
 # %% ../../nbs/3_hara/13_hara.ipynb #843a48c5
-# names `reweight_advantages` accepts
-METHODS = ('none', 'hara-seq', 'hara-tok', 'shear', 'entropy', 'position')
+# the credit-assignment methods, the names of `reweight_advantages`, `TrainConfig.reweight` and
+# `HaraConfig.reweight`
+REWEIGHTS = ('none', 'hara-seq', 'hara-tok', 'shear', 'entropy', 'position')
+
+
+def needs_hidden(reweight: str) -> bool:
+    "Does the credit-assignment method `reweight` read the policy's hidden states?"
+    return reweight in ('hara-seq', 'hara-tok', 'shear')

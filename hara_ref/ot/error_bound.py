@@ -187,8 +187,8 @@ def order_reversing_mass(
     # (..., n) rollout positions (distinct on the plan's support)
     tau: torch.Tensor,
     tau_bar: torch.Tensor,  # (..., m) barycenter positions (distinct)
-) -> torch.Tensor:  # (...,) $\rho(T)$
-    """Order-reversing mass $\\rho(T) = \\sum_{\\text{order-reversing pairs}} T_{tj}T_{sk}$, by
+) -> torch.Tensor:  # (...,) $R_0(T)$
+    """Order-reversing mass $R_0(T) = \\sum_{\\text{order-reversing pairs}} T_{tj}T_{sk}$, by
     prefix
     sums in $O(n\\,m)$."""
     plan, _, _ = _sort_chain(*check_plan_positions(plan, tau, tau_bar))  # (..., n, m)

@@ -275,7 +275,7 @@ def rollout_barycenter(
 def lookalike_stage_rollouts(
     K: int = 8,  # rollouts
     n_stages: int = 6,  # S planted stages
-    # $\rho$: how far stage b's centre moves onto stage a's (0: unchanged, 1: equal)
+    # $\psi$: how far stage b's centre moves onto stage a's (0: unchanged, 1: equal)
     share: float = 0.9,
     pairs: tuple = ((0, 5), (1, 4)),  # (a, b) stage pairs made to look alike
     dtype=torch.float64,  # dtype of `hidden`

@@ -12,29 +12,24 @@ from dataclasses import dataclass, field, replace
 import torch
 from trl import GRPOTrainer  # absolute import: the installed TRL package, not this module
 from trl.models.utils import disable_gradient_checkpointing
-from ..hara.weights import hara_advantages, reweight_advantages
+from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
 from ..hara.novelty import hara_novelty
 from ..hara.rollouts import step_boundaries, check_scalar
 
 # %% auto #0
-__all__ = ['REWEIGHTS', 'GRANULARITIES', 'HaraConfig', 'check_hara_config', 'oracle_kwargs', 'needs_hidden', 'token_advantages',
-           'dry_run', 'check_hidden_layer', 'rollout_labels', 'upcast', 'completion_hidden', 'scores_old_policy',
-           'HiddenTap', 'gather_rows', 'policy_order', 'to_policy_order', 'from_policy_order', 'weight_stats',
-           'combine_stats', 'HaraGRPOTrainer', 'hara_signals', 'batch_token_advantages', 'log_hara']
+__all__ = ['HaraConfig', 'check_hara_config', 'oracle_kwargs', 'oracle_advantages', 'dry_run', 'check_hidden_layer',
+           'rollout_labels', 'upcast', 'completion_hidden', 'scores_old_policy', 'HiddenTap', 'gather_rows',
+           'policy_order', 'to_policy_order', 'from_policy_order', 'weight_stats', 'combine_stats', 'HaraGRPOTrainer',
+           'hara_signals', 'batch_token_advantages', 'log_hara']
 
 # %% ../../nbs/5_practice/18_trl.ipynb #61042050
-REWEIGHTS = ('hara', 'shear', 'entropy', 'position', 'none')  # what `HaraConfig.reweight` accepts
-GRANULARITIES = ('seq', 'tok', 'span')
-
-
 @dataclass
 class HaraConfig:
     "What `HaraGRPOTrainer` does to TRL's advantages; None leaves the oracle's own default."
 
-    # 'hara' | 'shear' | 'entropy' | 'position' | 'none' (TRL's advantages unchanged)
-    reweight: str = 'hara'
-    # HARA: 'seq' (HARA-seq) | 'tok' (HARA-tok) | 'span' (HARA-tok on spans)
-    granularity: str = 'tok'
+    # one of `REWEIGHTS`, the names of `TrainConfig.reweight`: 'hara-seq' | 'hara-tok' | 'shear' |
+    # 'entropy' | 'position' | 'none' (TRL's advantages unchanged)
+    reweight: str = 'hara-tok'
     # κ >= 0, strength of the reweighting (0: TRL's advantages, per token)
     kappa: float = 1.0
     clip: tuple = (0.5, 2.0)  # (w_min, w_max), the weight clip
@@ -44,10 +39,10 @@ class HaraConfig:
     metric: str | None = None  # novelty metric ('fgw', 'w', 'gw', 'embed', ...)
     # index into the model's `hidden_states` (0: embeddings, -1: last layer)
     hidden_layer: int = -1
-    span_len: int | None = None  # 'span': fixed windows of this many tokens ...
+    span_len: int | None = None  # 'hara-tok' on spans: fixed windows of this many tokens ...
     # ... or reasoning steps that end at these token ids (e.g. the id of '\n')
     span_sep_ids: tuple | None = None
-    # more keywords for `hara_advantages` (bary_kw, sinkhorn_kw, normalize, ...)
+    # more keywords for `hara_advantages` (bary_kw, plan_kw, normalize, ...)
     novelty_kw: dict = field(default_factory=dict)
     # keywords of a baseline (shear: width, stride, reg; entropy: rho; position: lam, style)
     reweight_kw: dict = field(default_factory=dict)
@@ -62,10 +57,6 @@ def check_hara_config(cfg: HaraConfig) -> HaraConfig:
     "Raise a ValueError (TypeError: not a number) naming the first bad field of `cfg`; else `cfg`."
     if cfg.reweight not in REWEIGHTS:
         raise ValueError(f"HaraConfig.reweight must be one of {REWEIGHTS}, got {cfg.reweight!r}")
-    if cfg.granularity not in GRANULARITIES:
-        raise ValueError(
-            f"HaraConfig.granularity must be one of {GRANULARITIES}, got {cfg.granularity!r}"
-        )
     check_scalar('HaraConfig.kappa', cfg.kappa, 0)  # the oracle's own check, named after the field
     if not (isinstance(cfg.clip, (tuple, list)) and len(cfg.clip) == 2):
         raise ValueError(f"HaraConfig.clip must be (w_min, w_max), got {cfg.clip!r}")
@@ -77,8 +68,11 @@ def check_hara_config(cfg: HaraConfig) -> HaraConfig:
         check_scalar('HaraConfig.alpha', cfg.alpha, 0, 1)
     if cfg.reg is not None:
         check_scalar('HaraConfig.reg', cfg.reg, 0, open_low=True)
-    if cfg.granularity == 'span' and cfg.span_len is None and not cfg.span_sep_ids:
-        raise ValueError("HaraConfig.granularity='span' needs span_len or span_sep_ids")
+    if (cfg.span_len is not None or cfg.span_sep_ids) and cfg.reweight != 'hara-tok':
+        raise ValueError(
+            "HaraConfig.span_len / span_sep_ids are spans of 'hara-tok', got "
+            f"reweight={cfg.reweight!r}"
+        )
     if cfg.span_len is not None:
         check_scalar('HaraConfig.span_len', cfg.span_len, 1, integer=True)
     check_scalar('HaraConfig.hidden_layer', cfg.hidden_layer, integer=True)
@@ -97,11 +91,7 @@ def oracle_kwargs(cfg: HaraConfig) -> dict:
     return {**kw, **cfg.novelty_kw}
 
 # %% ../../nbs/5_practice/18_trl.ipynb #5279db29
-def needs_hidden(cfg: HaraConfig) -> bool:
-    return cfg.reweight in ('hara', 'shear')
-
-
-def token_advantages(
+def oracle_advantages(
     cfg: HaraConfig,
     # (B, T, d) hidden states of the completion tokens (None unless `needs_hidden`)
     hidden: torch.Tensor | None,
@@ -114,7 +104,7 @@ def token_advantages(
 ) -> tuple:
     """Token advantages (B, T) and the `Reweighting` record, from the oracle that `cfg.reweight`
     names."""
-    if cfg.reweight != 'hara':
+    if cfg.reweight not in ('hara-seq', 'hara-tok'):
         return reweight_advantages(
             cfg.reweight,
             hidden,
@@ -126,7 +116,7 @@ def token_advantages(
             **cfg.reweight_kw,
         )
     bnd = None
-    if cfg.granularity == 'span' and cfg.span_sep_ids:
+    if cfg.span_sep_ids:
         # (B, T)
         bnd = step_boundaries(
             torch.isin(
@@ -138,7 +128,10 @@ def token_advantages(
         mask,
         rewards,
         group_ids,
-        granularity=cfg.granularity,
+        # HARA-tok on spans when span_len or separators are set
+        granularity='seq'
+        if cfg.reweight == 'hara-seq'
+        else ('tok' if bnd is None and cfg.span_len is None else 'span'),
         advantages=advantages,
         span_len=None if bnd is not None else cfg.span_len,
         boundaries=bnd,
@@ -152,7 +145,7 @@ def token_advantages(
 def dry_run(cfg: HaraConfig, d: int = 8):
     """Check option names against the oracle's signature and run it once, cheaply, on a synthetic
     batch: bad options fail now."""
-    if cfg.reweight == 'hara':
+    if cfg.reweight in ('hara-seq', 'hara-tok'):
         known = set(inspect.signature(hara_advantages).parameters) | set(
             inspect.signature(hara_novelty).parameters
         )
@@ -163,7 +156,7 @@ def dry_run(cfg: HaraConfig, d: int = 8):
             k: {**(oracle_kwargs(cfg).get(k) or {}), **v}
             for k, v in (
                 ('bary_kw', dict(max_iter=1, inner_iter=5)),
-                ('sinkhorn_kw', dict(num_iter_max=5)),
+                ('plan_kw', dict(num_iter_max=5)),
             )
             if k in known
         }
@@ -177,7 +170,7 @@ def dry_run(cfg: HaraConfig, d: int = 8):
     A = rewards - rewards.view(2, 4).mean(1).repeat_interleave(4)  # (B,)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')  # a solver stopping at the tiny budget is expected here
-        token_advantages(
+        oracle_advantages(
             cfg,
             hidden,
             mask,
@@ -371,7 +364,7 @@ class HaraGRPOTrainer(GRPOTrainer):
         self.hara, self.hara_record = check_hara_config(hara), None
         dry_run(hara)  # bad options fail before TRL loads the model
         super().__init__(*args, **kwargs)
-        if needs_hidden(hara):
+        if needs_hidden(hara.reweight):
             check_hidden_layer(self.model, hara.hidden_layer)
 
     def _calculate_rewards(self, *args, **kwargs):
@@ -384,7 +377,7 @@ class HaraGRPOTrainer(GRPOTrainer):
         with
         metrics."""
         tap = None
-        if self.model.training and needs_hidden(self.hara) and scores_old_policy(self):
+        if self.model.training and needs_hidden(self.hara.reweight) and scores_old_policy(self):
             tap = HiddenTap(self.hara.hidden_layer)  # for TRL's old-policy scoring forward
         self._hara_tap = tap
         try:
@@ -439,7 +432,7 @@ def hara_signals(trainer, out: dict) -> tuple:
         trainer.accelerator.autocast(),
     ):
         # (b, T, d)
-        if needs_hidden(cfg) and hidden is None:
+        if needs_hidden(cfg.reweight) and hidden is None:
             hidden = completion_hidden(model, *ids, layer=cfg.hidden_layer, batch_size=bs)
         if cfg.reweight == 'entropy':
             pc, am = torch.cat(ids[0::2], 1), torch.cat(ids[1::2], 1)  # (b, P+T)
@@ -476,7 +469,7 @@ def batch_token_advantages(trainer, out: dict, hidden, entropy) -> torch.Tensor:
     # whole groups on each process
     else:
         rewards, gid, rows = rewards[p * b : (p + 1) * b], gid[p * b : (p + 1) * b], slice(0, b)
-    adv, rw = token_advantages(cfg, hidden, mask.bool(), rewards, gid, A, ids, entropy)  # (B', T')
+    adv, rw = oracle_advantages(cfg, hidden, mask.bool(), rewards, gid, A, ids, entropy)  # (B', T')
     tool = out['completion_mask'].bool() & ~own  # (b, T) tool results: weight 1
     w = torch.where(tool, 1.0, from_policy_order(rw.weights[rows, :T], order))  # (b, T)
     adv = from_policy_order(adv[rows, :T], order)  # (b, T)

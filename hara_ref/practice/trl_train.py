@@ -28,25 +28,21 @@ def hara_config_of(cfg):
     16_rl's `credit_advantages`."""
     from hara_ref.practice.trl import HaraConfig
 
-    cap = (
-        {}
-        if cfg.sinkhorn_iters is None
-        else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters))
-    )
+    cap = {} if cfg.plan_iters is None else dict(plan_kw=dict(num_iter_max=cfg.plan_iters))
     if cfg.reweight == 'none':
         return HaraConfig(reweight='none')
     if cfg.reweight == 'shear':
         return HaraConfig(
             reweight='shear', hidden_layer=cfg.hidden_layer, reweight_kw=dict(reg=cfg.reg, **cap)
         )
-    if not cfg.reweight.startswith('hara'):
+    if cfg.reweight not in ('hara-seq', 'hara-tok'):
         return HaraConfig(reweight=cfg.reweight)
     bk = {
         **({} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)),
-        **({} if cfg.sinkhorn_iters is None else dict(inner_iter=cfg.sinkhorn_iters)),
+        **({} if cfg.plan_iters is None else dict(inner_iter=cfg.plan_iters)),
     }
     return HaraConfig(
-        granularity='seq' if cfg.reweight == 'hara-seq' else 'tok',
+        reweight=cfg.reweight,
         alpha=cfg.alpha,
         L_b=cfg.L_b,
         reg=cfg.reg,

@@ -27,13 +27,13 @@ class PlantedRollouts:
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #eae97536
 def stage_order(
-    n_stages: int,  # S, number of stages
+    n_stages: int,  # n_s, number of stages
     rng: random.Random,  # random source
     p_skip: float = 0.0,  # probability that a middle stage is skipped
     p_repeat: float = 0.0,  # probability that a middle stage is visited twice
     p_swap: float = 0.0,  # probability that neighbouring middle stages swap
 ) -> list[int]:
-    """The sequence of stages one rollout visits: 0..S-1 with skipped, repeated and swapped middle
+    """The sequence of stages one rollout visits: 0..n_s-1 with skipped, repeated and swapped middle
     stages."""
     mid = list(range(1, n_stages - 1))
     for j in range(len(mid) - 1):

@@ -22,7 +22,7 @@ from hara_ref.rlvr.grpo import (
     dynamic_sampling_mask,
     overlong_penalty,
 )
-from ..hara.weights import hara_advantages, reweight_advantages
+from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
 from hara_ref.train.policy import (
     load_policy,
     save_policy,
@@ -39,9 +39,9 @@ from hara_ref.train.policy import (
 )
 
 # %% auto #0
-__all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'REWEIGHTS', 'ALLOCATIONS', 'LOSS_AGG', 'HOOK_HOME', 'builtin_items', 'load_jsonl',
-           'sft_batch', 'sft', 'rewards_of', 'distinct_strategies', 'evaluate', 'rl_step_reference', 'TrainConfig',
-           'train_config_errors', 'needs_hidden', 'credit_advantages', 'need_hook', 'needed_hooks', 'rl_step',
+__all__ = ['MATH_TEMPLATE', 'BASE_METHODS', 'ALLOCATIONS', 'LOSS_AGG', 'HOOK_HOME', 'RENAMED_FIELDS', 'builtin_items',
+           'load_jsonl', 'sft_batch', 'sft', 'rewards_of', 'distinct_strategies', 'evaluate', 'rl_step_reference',
+           'TrainConfig', 'train_config_errors', 'credit_advantages', 'need_hook', 'needed_hooks', 'rl_step',
            'ppo_update', 'config_changes', 'resume_point', 'progress_bar', 'train_run']
 
 # %% ../../nbs/4_train/16_rl.ipynb #779adce1
@@ -312,7 +312,6 @@ def rl_step_reference(
 # %% ../../nbs/4_train/16_rl.ipynb #029c8aca
 # hp-rlvr: one rollout per prompt, hindsight credit (chapter 27_hp_rlvr)
 BASE_METHODS = ('grpo', 'drgrpo', 'dapo', 'rloo', 'hp-rlvr')
-REWEIGHTS = ('none', 'hara-seq', 'hara-tok', 'shear', 'entropy', 'position')
 ALLOCATIONS = ('uniform', 'hora')  # rollouts per prompt: G each, or HORA (chapter 26_hora)
 # verl loss_agg_mode
 LOSS_AGG = {
@@ -358,7 +357,7 @@ class TrainConfig:
     # HARA: cap on barycenter iterations (None: the oracle's converged defaults)
     bary_iters: int | None = None
     # HARA / SHEAR: cap on Sinkhorn iterations per solve (None: their defaults)
-    sinkhorn_iters: int | None = None
+    plan_iters: int | None = None
     eval_every: int = 10
     eval_prompts: int = 100
     eval_samples: int = 4  # n of pass@1 (avg@n) and k of pass@k
@@ -426,20 +425,13 @@ def train_config_errors(cfg: TrainConfig) -> list:
         )
     return bad
 
-
-def needs_hidden(cfg: TrainConfig) -> bool:
-    "Does the reweighting read the policy's hidden states?"
-    return cfg.reweight in ('hara-seq', 'hara-tok', 'shear')
-
 # %% ../../nbs/4_train/16_rl.ipynb #83226c37
 def credit_advantages(cfg: TrainConfig, hidden, mask, rewards, group_ids, entropy) -> tuple:
     """Token advantages (B, T) from base advantages and the reweighting `cfg.reweight`, and weight
     statistics."""
     kw, cap = (
         {},
-        {}
-        if cfg.sinkhorn_iters is None
-        else dict(sinkhorn_kw=dict(num_iter_max=cfg.sinkhorn_iters)),
+        {} if cfg.plan_iters is None else dict(plan_kw=dict(num_iter_max=cfg.plan_iters)),
     )
     if cfg.reweight.startswith('hara'):
         bk = {} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)
@@ -451,7 +443,7 @@ def credit_advantages(cfg: TrainConfig, hidden, mask, rewards, group_ids, entrop
             reg=cfg.reg,
             bary_kw={
                 **bk,
-                **({} if cfg.sinkhorn_iters is None else dict(inner_iter=cfg.sinkhorn_iters)),
+                **({} if cfg.plan_iters is None else dict(inner_iter=cfg.plan_iters)),
             },
             **cap,
         )
@@ -559,7 +551,7 @@ def rl_step(
     with torch.no_grad():
         # (B, T)
         old_logp, entropy, hidden = policy_forward(
-            model, pi, pm, ri, rm, cfg.hidden_layer if needs_hidden(cfg) else None
+            model, pi, pm, ri, rm, cfg.hidden_layer if needs_hidden(cfg.reweight) else None
         )
         ref_logp = policy_forward(ref_model, pi, pm, ri, rm)[0] if cfg.beta > 0 else None  # (B, T)
     t['score'] = time.perf_counter() - t0
@@ -638,9 +630,14 @@ def ppo_update(
     )
 
 # %% ../../nbs/4_train/16_rl.ipynb #7d462dc0
+# old name -> field: a run folder saved under an older name is compared under the new one
+RENAMED_FIELDS = {'sinkhorn_iters': 'plan_iters'}
+
+
 def config_changes(saved: dict, now: dict, ignore: tuple = ()) -> list:
     "'`field` saved -> now' for each field (as JSON) whose value changed, but those in `ignore`."
     now = json.loads(json.dumps(now, default=str))
+    saved = {RENAMED_FIELDS.get(k, k): v for k, v in saved.items()}
     same = lambda k, v: k not in now or k in ignore or v == now[k]
     return [f"`{k}` {v!r} -> {now[k]!r}" for k, v in saved.items() if not same(k, v)]
 
