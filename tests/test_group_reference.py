@@ -3,6 +3,8 @@ under rotations of the hidden space; exact cases; agreement with a brute-force m
 caps."""
 
 import warnings
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -13,6 +15,7 @@ from hara_ref.hara.weights import hara_advantages
 from hara_ref.hara.rollouts import group_geometric_median, geometric_median
 from hara_ref.rlvr.data import planted_stage_rollouts
 
+DATA = Path(__file__).parent / 'data'
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TIGHT = dict(bary_kw=dict(tol=1e-7, max_iter=5000))  # the barycenter 100 x tighter than the default
 GRAN = [dict(granularity='seq'), dict(granularity='tok'), dict(granularity='span', span_len=3)]
@@ -112,6 +115,88 @@ def test_geometric_median_minimises_the_sum_of_distances(seed, K, D):
     assert f(m[0].numpy()) <= best.fun * (1 + 1e-12)
     spread = float((y[0] - y[0].mean(0)).norm(dim=-1).mean())
     assert float(np.linalg.norm(m[0].numpy() - best.x)) <= 1e-5 * spread
+
+
+# ------------------------------------------------- near-copies: converged at the defaults
+def sum_dist(y: np.ndarray, x: np.ndarray) -> float:
+    "f(x) = Σ_k ‖y_k - x‖ in float64."
+    return float(np.linalg.norm(y - x, axis=1).sum())
+
+
+def scipy_best(y: np.ndarray, starts) -> float:
+    "The lowest f Powell finds from each start (float64)."
+    opts = dict(xtol=1e-12, ftol=1e-15)
+    return min(
+        minimize(lambda x: sum_dist(y, x), x0, method='Powell', options=opts).fun for x0 in starts
+    )
+
+
+def f_tol(y: torch.Tensor, dtype: torch.dtype) -> float:
+    """How far above the minimum f may be: the solver's step tolerance (tol=1e-9, at least 16 x the
+    dtype's rounding) times the scale of the points (‖mean‖ + spread), once per point."""
+    mean = y.double().mean(0)
+    scale = float(mean.norm() + (y.double() - mean).norm(dim=-1).mean())
+    return len(y) * max(1e-9, 16 * torch.finfo(dtype).eps) * scale
+
+
+def near_copies(seed: int, K: int, n_c: int, delta: float, D: int, dtype) -> torch.Tensor:
+    """(K, D) points: n_c of them within `delta` of one centre (versions of rollouts that share
+    tokens differ by rounding), the others at a distance of about 0.3 sqrt(D)."""
+    g = torch.Generator().manual_seed(seed)
+    c = torch.randn(D, generator=g, dtype=torch.float64)  # (D,)
+    y = c + 0.3 * torch.randn(K, D, generator=g, dtype=torch.float64)  # (K, D)
+    y[:n_c] = c + delta * torch.randn(n_c, D, generator=g, dtype=torch.float64)
+    return y.to(dtype)
+
+
+def test_captured_training_median_converges_at_the_defaults():
+    """One stage median of `hara-ref train --task countdown --seeds 1 --reweight hara-tok` (RL step
+    58): 4 stage versions in 97 dimensions, two of them apart by float32 rounding, so Kuhn's exact
+    test sees no copies; the median sits at that pair. Weiszfeld's steps crawl towards it and stop
+    at max_iter=200."""
+    d = torch.load(DATA / 'geometric_median_capped.pt')
+    P = d['P']  # (1, 4, 97) float32: one node, four members
+    one = torch.zeros(4, dtype=torch.long), torch.ones(4, dtype=torch.bool)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # no cap warning
+        med, info = group_geometric_median(P[0], *one)  # (4, 97)
+    assert info['converged'] and info['n_iter'] <= 10
+    y, m = P[0].double().numpy(), med[0].double().numpy()
+    assert sum_dist(y, m) <= scipy_best(y, (y.mean(0), m)) + f_tol(P[0], P.dtype)
+    # at the pair of near-copies (rows 0 and 2), to float32 rounding of the points' scale
+    assert np.linalg.norm(m - y[0]) <= f_tol(P[0], P.dtype) / 4
+
+
+@pytest.mark.parametrize('dtype', [torch.float32, torch.float64])
+@pytest.mark.parametrize('K,n_c', [(3, 2), (4, 2), (5, 2), (6, 2), (8, 3)])
+@pytest.mark.parametrize('delta', [1e-4, 1e-6])
+def test_near_copies_converge_in_few_steps(K, n_c, delta, dtype):
+    "Clusters of near-copies: a median at the cluster or pulled away from it, found in a few steps."
+    for seed in range(2):
+        y = near_copies(seed, K, n_c, delta, 16, dtype)  # (K, 16)
+        m, info = geometric_median(y[None], torch.ones(1, K, dtype=torch.bool))
+        assert info['converged'] and info['n_iter'] <= 15, (seed, info)
+        y64, m64 = y.double().numpy(), m[0].double().numpy()
+        assert sum_dist(y64, m64) <= scipy_best(y64, (y64.mean(0), m64)) + f_tol(y, dtype)
+
+
+@given(
+    st.integers(0, 2**16),
+    st.integers(3, 8),
+    st.integers(2, 7),
+    st.integers(-8, -1),
+    st.integers(2, 8),
+    st.sampled_from([torch.float32, torch.float64]),
+)
+@SETTINGS
+def test_near_copies_minimise_the_sum_of_distances(seed, K, n_c, log_delta, D, dtype):
+    """Near-copies of any tightness, in any dimension: converged at the defaults in a few steps, and
+    no start of scipy's Powell finds a lower f than ours, to the solver's tolerance."""
+    y = near_copies(seed, K, min(n_c, K - 1), 10.0**log_delta, D, dtype)  # (K, D)
+    m, info = geometric_median(y[None], torch.ones(1, K, dtype=torch.bool))
+    assert info['converged'] and info['n_iter'] <= 30
+    y64, m64 = y.double().numpy(), m[0].double().numpy()
+    assert sum_dist(y64, m64) <= scipy_best(y64, (y64.mean(0), m64)) + f_tol(y, dtype)
 
 
 # ---------------------------------------------------------------- caps and bad input

@@ -276,16 +276,21 @@ def _weiszfeld_step(
     P: torch.Tensor,  # (N, K, D) points
     here: torch.Tensor,  # (N, K) bool, present
     m: torch.Tensor,  # (N, D) current iterate
+    # (N,) members within this distance of m count as sitting at m (None: only those at m)
+    radius: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    "One Weiszfeld step, with Vardi and Zhang's rule where m sits on data points; (N, D)."
+    """One Weiszfeld step, with Vardi and Zhang's rule for the members at m (or within `radius`);
+    (N, D)."""
     diff = P - m[:, None]  # (N, K, D) y_k - m
     dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
-    tiny, at = torch.finfo(P.dtype).tiny, here & (dist == 0)  # (N, K) members at m
+    near = torch.zeros_like(dist[:, :1]) if radius is None else radius[:, None]  # (N, 1)
+    tiny, at = torch.finfo(P.dtype).tiny, here & (dist <= near)  # (N, K) members at m
     inv = (here & ~at) / dist.clamp_min(tiny)  # (N, K) Weiszfeld weights 1/‖y_k - m‖
     R = (inv[..., None] * diff).sum(1)  # (N, D) R(m) = Σ_k (y_k - m)/‖y_k - m‖
     # T(m) = Σ_k y_k/‖y_k - m‖ / Σ_k 1/‖y_k - m‖ = m + R(m) / Σ_k 1/‖y_k - m‖
     T = m + R / inv.sum(-1, keepdim=True).clamp_min(tiny)  # (N, D)
-    # Vardi-Zhang: m' = (1 - β) T + β m, β = min(1, η/‖R‖), η = members at m (0 off the data)
+    # Vardi-Zhang: m' = (1 - β) T + β m, β = min(1, η/‖R‖), η = members at m (0 off the data);
+    # β = 1 (m stays) is Kuhn's test ‖R(m)‖ <= η
     r = torch.linalg.vector_norm(R, dim=-1, keepdim=True)  # (N, 1)
     beta = (at.sum(-1, keepdim=True) / r.clamp_min(tiny)).clamp(max=1)  # (N, 1)
     return (1 - beta) * T + beta * m  # (N, D)
@@ -313,9 +318,29 @@ def _newton_step(
     return torch.where((here & (dist == 0)).any(-1, keepdim=True), torch.nan, m + step)  # (N, D)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #6ecbe7d9
-def _sum_dist(P: torch.Tensor, here: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
-    "f(m) = Σ_k ‖y_k - m‖ over the present points of each node, (N,) (nan if m is)."
-    return (torch.linalg.vector_norm(P - m[:, None], dim=-1) * here).sum(-1)  # (N,)
+def _f_diff(
+    P: torch.Tensor,  # (N, K, D) points
+    here: torch.Tensor,  # (N, K) bool, present
+    a: torch.Tensor,  # (N, D) one candidate
+    b: torch.Tensor,  # (N, D) another
+) -> torch.Tensor:
+    """f(a) - f(b), f(m) = Σ_k ‖y_k - m‖, without cancellation when a ≈ b; (N,) (nan if a or b
+    is)."""
+    da, db = P - a[:, None], P - b[:, None]  # (N, K, D) y_k - a, y_k - b
+    # ‖y_k - a‖ - ‖y_k - b‖ = (b - a)·(2 y_k - a - b) / (‖y_k - a‖ + ‖y_k - b‖)
+    den = torch.linalg.vector_norm(da, dim=-1) + torch.linalg.vector_norm(db, dim=-1)  # (N, K)
+    num = ((b - a)[:, None] * (da + db)).sum(-1)  # (N, K)
+    return (num / den.clamp_min(torch.finfo(P.dtype).tiny) * here).sum(-1)  # (N,)
+
+# %% ../../nbs/3_hara/11_rollouts.ipynb #near0pt1
+def _nearest_point(
+    P: torch.Tensor,  # (N, K, D) points
+    here: torch.Tensor,  # (N, K) bool, present
+    m: torch.Tensor,  # (N, D) current iterate
+) -> torch.Tensor:
+    "The present point nearest to each iterate, (N, D)."
+    dist = torch.linalg.vector_norm(P - m[:, None], dim=-1).masked_fill(~here, torch.inf)  # (N, K)
+    return P[torch.arange(len(P), device=P.device), dist.argmin(-1)]  # (N, D)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #895cba52
 def geometric_median(
@@ -334,13 +359,18 @@ def geometric_median(
     spread = (dev * here).sum(-1) / n.clamp(min=1)  # (N,) mean distance from the mean
     rounding = 16 * eps * torch.linalg.vector_norm(mean, dim=-1)  # (N,)
     thr = max(tol, 16 * eps) * spread + rounding  # (N,) step tolerance
+    radii = thr, torch.minimum(1e3 * thr, 1e-2 * spread)  # (N,) each: clusters merged at p
     active, it = (n >= 3) & ~found, 0  # (N,) nodes left to iterate
     while active.any() and it < max_iter:
         i = active.nonzero().flatten()  # (N',)
         Pi, hi, mi = P[i], here[i], m[i]  # (N', K, D), (N', K), (N', D)
-        w, nt = _weiszfeld_step(Pi, hi, mi), _newton_step(Pi, hi, mi)  # (N', D) each
-        better = _sum_dist(Pi, hi, nt) < _sum_dist(Pi, hi, w)  # (N',) False where nt is nan
-        new = torch.where(better[:, None], nt, w)  # (N', D)
+        new, p = _weiszfeld_step(Pi, hi, mi), _nearest_point(Pi, hi, mi)  # (N', D) each
+        nt = _newton_step(Pi, hi, mi) - mi  # (N', D) Newton's step (nan on a data point)
+        # Newton's step, damped; from the nearest point p, Vardi-Zhang's step, p's cluster merged
+        cands = [mi + t * nt for t in (1, 1 / 2, 1 / 4, 1 / 8)]
+        cands += [_weiszfeld_step(Pi, hi, p, r[i]) for r in radii]
+        for c in cands:  # the lowest f (a nan candidate compares False)
+            new = torch.where((_f_diff(Pi, hi, c, new) < 0)[:, None], c, new)  # (N', D)
         active[i] = torch.linalg.vector_norm(new - mi, dim=-1) > thr[i]
         m[i], it = new, it + 1
     left = int(active.sum())
