@@ -1,6 +1,6 @@
-"""The conformance kit: the oracle conforms to itself, each deliberately broken implementation fails
-with a short shrunk case that pastes into a test, and the committed vectors are the oracle's own
-regression suite."""
+"""The conformance kit (chapter 21_conformance): the oracle conforms to itself, each deliberately
+broken implementation fails with a short shrunk case that pastes into a test, and the committed
+vectors are the oracle's own regression suite."""
 
 import json
 import re

@@ -19,15 +19,9 @@ from hara_ref.train.policy import (
     policy_forward,
     pad_id,
 )
-from hara_ref.train.rl import (
-    TrainConfig,
-    credit_advantages,
-    ppo_update,
-    train_run,
-    builtin_items,
-    evaluate,
-    sft,
-)
+from hara_ref.train.rl import TrainConfig, credit_advantages, ppo_update
+from hara_ref.train.loop import train_run
+from hara_ref.train.sft import builtin_items, evaluate, sft
 from hara_ref.train.policy import read_jsonl, load_trainer_state
 from hara_ref.practice.cli import train_cli
 from hara_ref.rlvr.basics import exact_match_reward, rounding_tol
@@ -308,7 +302,7 @@ def _data(tmp_path, *lines, bom=False):
 
 
 def test_load_jsonl_answer_zero_is_an_answer(tmp_path):
-    from hara_ref.train.rl import load_jsonl
+    from hara_ref.train.sft import load_jsonl
 
     f = _data(
         tmp_path,
@@ -319,7 +313,7 @@ def test_load_jsonl_answer_zero_is_an_answer(tmp_path):
 
 
 def test_load_jsonl_reads_a_byte_order_mark(tmp_path):
-    from hara_ref.train.rl import load_jsonl
+    from hara_ref.train.sft import load_jsonl
 
     f = _data(tmp_path, '{"problem": "1+1?", "answer": 2}', bom=True)
     assert load_jsonl(f)[0]['answer'] == '2'
@@ -353,7 +347,7 @@ NO_ANSWER = "data.jsonl:2: field 'answer' is missing (or null)"
     ],
 )
 def test_load_jsonl_refuses_bad_lines_with_file_line_field(tmp_path, line, msg):
-    from hara_ref.train.rl import load_jsonl
+    from hara_ref.train.sft import load_jsonl
 
     with pytest.raises(ValueError) as e:
         load_jsonl(_data(tmp_path, '{"problem": "ok", "answer": "1"}', line))
