@@ -135,8 +135,7 @@ def test_links_between_notebooks_become_pages(site):
 @pytest.mark.skipif(not shutil.which('node'), reason='node not installed')
 def test_katex_typesets_every_formula(site):
     """Every formula of the pages parses in KaTeX (what the browser will run), the mathematics
-    page's
-    included."""
+    page's included."""
     tex = [
         (m[1] == 'display', m[2])
         for name in ('tiny', 'hara_math')

@@ -277,8 +277,7 @@ def test_general_identity_float32():
 
 def test_bound_beyond_premise_mass_one():
     """Dirichlet weights, mass 1: 2 alpha m^2 <= gap <= 4 alpha R + 2 alpha m^2 on 1000 instances;
-    the
-    paper's bound fails."""
+    the paper's bound fails."""
     res = bound_study(n_instances=1000, seed=2, weights='dirichlet')
     assert res['slack'].min() >= -1e-12 and res['lower_slack'].min() >= -1e-12
     np.testing.assert_allclose(

@@ -1,10 +1,9 @@
 """Property tests, trainer cross-checks and failure cases for hara_ref.rlvr.grpo (chapter 04_grpo).
 
-The numpy functions below re-implement, independently of hara_ref, the formulas read in
-TRL `trl/trainer/grpo_trainer.py` (`_generate_and_score_completions`, `_compute_loss`) and
-verl `verl/trainer/ppo/core_algos.py` (`compute_grpo_outcome_advantage`,
-`compute_rloo_outcome_advantage`,
-`compute_policy_loss_vanilla`, `agg_loss`, `kl_penalty`).
+The numpy functions below re-implement, independently of hara_ref, the formulas read in TRL
+`trl/trainer/grpo_trainer.py` (`_generate_and_score_completions`, `_compute_loss`) and verl
+`verl/trainer/ppo/core_algos.py` (`compute_grpo_outcome_advantage`,
+`compute_rloo_outcome_advantage`, `compute_policy_loss_vanilla`, `agg_loss`, `kl_penalty`).
 """
 
 import math

@@ -502,8 +502,7 @@ def test_bench_quick(capsys):
 @pytest.mark.parametrize('case', ['planted', 'random'])
 def test_hara_reference_equals_the_oracle(case):
     """The one-screen reference and the batched oracle give the same advantages (float64, both
-    solved
-    tightly)."""
+    solved tightly)."""
     from hara_ref.hara.weights import hara_reference
     from hara_ref.rlvr.data import planted_stage_rollouts
 

@@ -77,8 +77,7 @@ def tighter(f=100.0):
 @pytest.mark.parametrize('make,seed', [(gauss_batch, 0), (planted_batch, 0)])
 def test_default_weights_are_converged(make, seed):
     """Default call vs a solve 100 times tighter: no token weight moves by more than 1e-3 (2 prompts
-    x
-    8 rollouts)."""
+    x 8 rollouts)."""
     h, m, r, g = make(seed, P=2)
     with warnings.catch_warnings():
         # planted data: the final plans of a few rollouts stop at their cap (a note)
@@ -181,8 +180,7 @@ def test_one_changed_span(dtype, gran):
 
 def test_one_changed_span_the_plans_would_leak():
     """The same comparison built on the balanced plans' rows moves the unchanged tokens of the
-    changed
-    rollout (why q is local)."""
+    changed rollout (why q is local)."""
     h, m, r, g, span = one_changed_span()
     nov = hara_novelty(h, m, r, g)
     # versions from the final plans instead of the local assignment
@@ -205,8 +203,7 @@ def test_one_changed_span_the_plans_would_leak():
 
 def test_batched_stage_novelty_equals_reference():
     """The batched path in `hara_novelty` equals the reference functions on dense, normalised,
-    lifted
-    tokens (padded batch, 2 prompts)."""
+    lifted tokens (padded batch, 2 prompts)."""
     h, m, r, g = planted_batch(1, P=2)
     nov = hara_novelty(h, m, r, g)
     gc = torch.where(

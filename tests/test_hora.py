@@ -407,8 +407,7 @@ def test_threshold_equals_greedy_with_ties(s, f):
 
 def threshold_structure(s, f, alloc, m_min):
     """The greedy's picks are the R largest gains, ties to the lower index: every gain taken >=
-    every
-    gain left."""
+    every gain left."""
     s, f = torch.as_tensor(s, dtype=torch.float64), torch.as_tensor(f, dtype=torch.float64)
     took = alloc > m_min  # (N,)
     # (N,) the last gain taken, where one was
@@ -528,8 +527,7 @@ def test_float64_gains_strictly_decreasing_below_2_40(s, f, m):
 
 def test_vector_and_scalar_gains_bitwise_equal():
     """The heap evaluates one gain at a time, `allocate` whole vectors: exact equality needs the
-    same
-    float64 bits."""
+    same float64 bits."""
     g = torch.Generator().manual_seed(0)
     s = torch.randint(0, 300, (500,), generator=g).double()
     f = torch.randint(0, 300, (500,), generator=g).double()

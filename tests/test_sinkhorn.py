@@ -406,8 +406,7 @@ def test_warm_start_padding_may_be_minus_inf_and_far_starts_still_converge():
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
 def test_16bit_costs_are_solved_in_float32(dtype):
     """bf16 used to stop at a floor of ~0.3: a plan 4e-3 off its column marginal (reg 0.01) counted
-    as
-    converged."""
+    as converged."""
     a, b, M = problem(16, 3, 12, 7)
     a, b, M = a.to(dtype), b.to(dtype), M.to(dtype)
     plan, lg = sinkhorn_log(a, b, M, 0.01, log=True, num_iter_max=20000)

@@ -87,8 +87,7 @@ def test_time_helpers_and_incomplete_run():
 
 def test_quick_study_end_to_end_and_resume(tmp_path, capsys):
     """The --quick command on a few steps: runs, report files, figures; a second call resumes and
-    runs
-    nothing."""
+    runs nothing."""
     from hara_ref.practice.cli import main
 
     out = tmp_path / 'study'

@@ -208,8 +208,7 @@ def test_loss_receives_the_oracle_advantages(tiny, tmp_path, reweight):
 
 def test_whole_groups_per_process_equal_the_global_batch():
     """The local path (groups never span processes): the oracle on each half == the rows of the
-    oracle
-    on the whole batch."""
+    oracle on the whole batch."""
     g = torch.Generator().manual_seed(0)
     hidden, L = torch.randn(16, 9, 8, generator=g), torch.randint(3, 10, (16,), generator=g)
     mask = torch.arange(9) < L[:, None]
@@ -255,8 +254,8 @@ def run_killing_group(
 @pytest.mark.parametrize('per_process', [2, 4])
 def test_two_processes_match_one(tiny, tmp_path, per_process):
     """accelerate launch --num_processes 2 (gloo, CPU) vs one process with the same global batch;
-    groups of 4 span both
-    processes (2 rollouts each: the gathered path) or not (4 each: each process alone)."""
+    groups of 4 span both processes (2 rollouts each: the gathered path) or not (4 each: each
+    process alone)."""
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'HF_HUB_OFFLINE': '1', 'PYTHONPATH': str(ROOT)}
     script, one, two = ROOT / 'tests' / 'trl_ddp_run.py', tmp_path / 'one.pt', tmp_path / 'two.pt'
     acc = lambda port: [

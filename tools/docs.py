@@ -1,16 +1,15 @@
 """Builds the docs: runs the notebooks of nbs/ the way `nbdev_test` does and renders each one, with
-its outputs, into
-a static HTML page of _docs/ (index.html from nbs/index.ipynb, one page per notebook).
+its outputs, into a static HTML page of _docs/ (index.html from nbs/index.ipynb, one page per
+notebook).
 
     python tools/docs.py                                  # every notebook -> _docs/
     python tools/docs.py --out /tmp/site nbs/1_rlvr/01_data.ipynb nbs/hara_math.ipynb
     python tools/docs.py --no-exec                        # render without running (no outputs)
 
 Figures are embedded in the pages as data URIs. Math is typeset in the browser by KaTeX, fetched
-once from the npm
-registry (`npm pack`) into .cache/ and copied beside the pages: no page loads anything from the
-network.
-A notebook that raises stops the build with its traceback, so a built site has no error output.
+once from the npm registry (`npm pack`) into .cache/ and copied beside the pages: no page loads
+anything from the network. A notebook that raises stops the build with its traceback, so a built
+site has no error output.
 """
 
 import argparse
@@ -123,8 +122,7 @@ def markdown():
 
 def table_math(src: str) -> str:
     """In table rows, a `|` inside $...$ becomes \\vert, so the row is not split there (Jupyter
-    takes
-    the math out first)."""
+    takes the math out first)."""
     return re.sub(
         r'(?m)^\|.*$',
         lambda row: re.sub(r'\$[^$]+\$', lambda m: re.sub(r'(?<!\\)\|', r'\\vert ', m[0]), row[0]),

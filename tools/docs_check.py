@@ -1,15 +1,14 @@
 """Opens every page of a built site (`make docs`) in headless Chromium, takes a screenshot of each,
-and fails if a page
-has a JavaScript error, a resource that did not load, a missing or broken image, math that KaTeX
-could not typeset or
-left untypeset (a `$`, `\\(`, `\\[` or `\\begin{` in the text), or error output.
+and fails if a page has a JavaScript error, a resource that did not load, a missing or broken image,
+math that KaTeX could not typeset or left untypeset (a `$`, `\\(`, `\\[` or `\\begin{` in the text),
+or error output.
 
     python tools/docs_check.py                       # _docs/, screenshots in _docs/_shots/
     python tools/docs_check.py SITE --shots DIR
 
 Needs Chromium (Debian: apt-get install chromium). Each page is opened as a probe copy with a small
-script added that
-records errors from the start and reports what it found into the DOM, which Chromium dumps.
+script added that records errors from the start and reports what it found into the DOM, which
+Chromium dumps.
 """
 
 import argparse
@@ -85,8 +84,7 @@ def headless(exe: str, *args) -> subprocess.CompletedProcess:
 
 def check_page(exe: str, page: Path, shots: Path) -> dict:
     """What the probe found on `page` (see REPORT); then a screenshot of the whole page (up to
-    30,000
-    px tall)."""
+    30,000 px tall)."""
     probe = page.with_name(f'.{page.stem}.probe.html')
     probe.write_text(
         page.read_text()

@@ -5,9 +5,8 @@ editor.
     python tools/nbtext.py to-nb /tmp/04_grpo.py nbs/1_rlvr/04_grpo.ipynb      # text -> notebook
 
 Cells start with `# %%` (code) or `# %% [markdown]` (markdown; each line starts with `# `), followed
-by
-` id=CELLID` when the cell has one: ids are kept, so a round trip leaves unchanged cells unchanged.
-The notebook in `nbs/` stays the source of truth; the text is a scratch copy.
+by ` id=CELLID` when the cell has one: ids are kept, so a round trip leaves unchanged cells
+unchanged. The notebook in `nbs/` stays the source of truth; the text is a scratch copy.
 """
 
 import json

@@ -1,9 +1,8 @@
 """Writes README.md from nbs/index.ipynb (quarto, and so `nbdev_readme`, is not installable here).
 
 Markdown cells are copied as they are, except that links to notebooks beside it
-(`](hara_math.ipynb#...)`) are made
-relative to the repository root; code cells become ```python blocks, except cells starting with `#|
-hide`.
+(`](hara_math.ipynb#...)`) are made relative to the repository root; code cells become ```python
+blocks, except cells starting with `#| hide`.
 """
 
 import json

@@ -37,8 +37,7 @@ def feature_scales(
     how: str = 'unit',  # 'unit' | 'none' | 'mean_norm', as in `normalize_features`
 ) -> tuple:  # h (N, T, d), s (N, T), hh (N, T)
     """`normalize_features` as a per-token scale: $s_t h_t$ are the normalised features ($s=0$ off
-    the
-    mask), $hh_t=\\lVert s_th_t\\rVert^2$; one pass over `h`, no copy of it."""
+    the mask), $hh_t=\\lVert s_th_t\\rVert^2$; one pass over `h`, no copy of it."""
     if how not in ('unit', 'none', 'mean_norm'):
         raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
     norms = torch.linalg.vector_norm(h, dim=-1)  # (N, T); nan/inf on a token shows up here
@@ -152,8 +151,7 @@ def anderson_step(
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #7ddfcfba
 def anderson_history(G: int, m: int, n: int, like: torch.Tensor) -> dict:
     """Empty Anderson history for G groups: iterates and residuals (G, m+1, n), valid count (G,),
-    last
-    residual (G,)."""
+    last residual (G,)."""
     return dict(
         X=like.new_zeros(G, m + 1, n),
         F=like.new_zeros(G, m + 1, n),
@@ -198,8 +196,7 @@ def fixed_point_error(
     past: torch.Tensor,
 ) -> torch.Tensor:  # (G,) $r_k\max(1, \hat\zeta/(1-\hat\zeta))$, $\infty$ while residuals grow
     """Estimated distance to the fixed point of a linearly converging iteration, from the
-    contraction
-    of the last residuals."""
+    contraction of the last residuals."""
     # (G,) mean contraction per iteration over the last three
     rho = (change / past[:, 0]) ** (1 / 3)
     # (G,)
@@ -248,8 +245,7 @@ def group_barycenters(
     # Z (G, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
 ) -> tuple:
     """Linearized FGW barycenter of every group of rollouts, all groups at once: per-rollout
-    products,
-    one batched OT solve, per-group stopping."""
+    products, one batched OT solve, per-group stopping."""
     # inner solves stop at `inner_iter` unreported: the outer rule (`tol`) decides; outer and final
     # caps are warned
     if not isinstance(h, torch.Tensor) or not h.is_floating_point() or h.ndim != 3:

@@ -44,8 +44,7 @@ def bench_sinkhorn(
     repeat: int = 1,
 ) -> dict:  # times (s) and ratio
     """Batched `sinkhorn_log` on K problems vs K calls of POT's
-    `ot.sinkhorn(method='sinkhorn_log')`,
-    same costs and tolerance."""
+    `ot.sinkhorn(method='sinkhorn_log')`, same costs and tolerance."""
     h, _ = bench_rollouts(K, L, 64, seed=seed)
     z = torch.randn(
         K, L_b, 64, generator=torch.Generator().manual_seed(seed + 1), dtype=torch.float64
@@ -97,8 +96,7 @@ def bench_barycenter(
     pot_iters: int | None = None,  # outer iterations to extrapolate to when not pot_full
 ) -> dict:
     """Linearized barycenter vs POT's exact `fgw_barycenters` (default call, and run to the same
-    tol)
-    at one length L."""
+    tol) at one length L."""
     h, m = bench_rollouts(K, L, d, kind, dtype=dtype)
     t_lin, (Z, info) = timed(
         lambda: linearized_barycenter(h, m, alpha=alpha, L_b=L_b, reg=reg, tol=tol, warn=False),

@@ -29,8 +29,7 @@ EXACT_DEFAULTS = dict(max_iter=200, tol=1e-9, warn=False)
 # %% ../../nbs/6_appendix/29_exact.ipynb #3ba19f8e
 def _group_solve(h, mask, rows, L_b, alpha, normalize, max_iter, tol):
     """Exact barycenter of `rows`: Z (L_b, d), plans K x (L_i, L_b), iterations, converged,
-    objective,
-    FGW caps."""
+    objective, FGW caps."""
     # (K, T, d), (K, T): padding zeroed
     hg, mg = h[rows].masked_fill(~mask[rows].unsqueeze(-1), 0.0), mask[rows]
     Z, _, lg = rollout_barycenter(

@@ -46,8 +46,7 @@ def log_miss(
     m,  # (...) additional rollouts (>= 0)
 ) -> torch.Tensor:  # (...) log P(all m miss), float64, <= 0
     """Eq. (1): log of the posterior probability that `m` more rollouts are all wrong, Beta(1+s,
-    1+f)
-    posterior."""
+    1+f) posterior."""
     s, f, m = _counts(s, 'successes'), _counts(f, 'failures'), _counts(m, 'm')
     a, b = 1 + s, 1 + f
     # [\log\Gamma(b+m) - \log\Gamma(b)] - [\log\Gamma(a+b+m) - \log\Gamma(a+b)], shifting by m ...
@@ -218,8 +217,7 @@ def _wave(model, tokenizer, items: list, counts: list, cfg, reward_fn, generator
 # %% ../../nbs/6_appendix/30_hora.ipynb #ac1a2471
 def hora_rollouts(model, tokenizer, items: list, cfg, reward_fn, generator) -> tuple:
     """First wave of n0 per prompt, then the rest of the N*G budget by `allocate`: (pi, pm (B, P),
-    ri,
-    rm (B, T), answers, group_ids (B,), info)."""
+    ri, rm (B, T), answers, group_ids (B,), info)."""
     from hara_ref.train.policy import encode_prompts, pad_id
 
     N, G = len(items), cfg.group_size

@@ -149,8 +149,7 @@ def two_readings(
     rewards: list,  # (B,) rewards
 ) -> tuple:  # causal logits (B, T, V), hindsight logits (B, T, V)
     """Score the response tokens under their causal history and under the hindsight context, with
-    the
-    same weights."""
+    the same weights."""
     from hara_ref.train.policy import encode_prompts
 
     causal = response_logits(model, prompt_ids, prompt_mask, resp_ids, resp_mask)  # (B, T, V)
@@ -244,8 +243,7 @@ def hp_rlvr_step(
     memory: dict | None = None,
 ) -> dict:
     """One HP-RLVR step: one rollout per prompt, hindsight weights (Eq. 1), historical-baseline
-    credit
-    (Eq. 2), PPO-clip update."""
+    credit (Eq. 2), PPO-clip update."""
     from hara_ref.train.policy import encode_prompts, sample, pad_id, policy_forward
     from hara_ref.train.sft import rewards_of
     from hara_ref.train.rl import ppo_update

@@ -83,8 +83,7 @@ def semidual_point(
     log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
 ) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), H (P, m, m)
     """Plan with exact rows at $\\ell$, its row potentials, column mass, semi-dual (N1) and $H$
-    (N2),
-    in one pass over the kernel."""
+    (N2), in one pass over the kernel."""
     E = logK + log_v.unsqueeze(-2)  # (P, n, m)  log K + ell
     mx = E.amax(-1, keepdim=True)  # (P, n, 1)
     E = E.sub_(mx).exp_()  # (P, n, m) e^{log K + ell - max}, in place
@@ -104,8 +103,7 @@ def sinkhorn_column_step(
     b: torch.Tensor,  # (P, m) column weights (0 = padding)
 ) -> torch.Tensor:  # (P, m) $\log b - \log c$, 0 on padding columns
     """Sinkhorn's exact column update as a step in $\\ell$: it maximises the dual with the rows
-    fixed,
-    so it never lowers $J$."""
+    fixed, so it never lowers $J$."""
     return (b.log() - c.log()).masked_fill(b == 0, 0.0)
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #31052471
@@ -115,8 +113,7 @@ def newton_direction(
     b: torch.Tensor,  # (P, m) column weights (0 = padding)
 ) -> tuple:  # step d (P, m), gradient b - c (P, m)
     """Newton step (N3) on the real columns, by Cholesky; Sinkhorn's update $\\log b - \\log c$
-    where
-    the factorisation fails."""
+    where the factorisation fails."""
     real = b > 0  # (P, m)
     q = real.to(H.dtype) / real.sum(-1, keepdim=True)  # (P, m)  1/m on real columns
     # (P, m) relative 1e-12 (H can be singular); identity on padding columns
@@ -133,8 +130,7 @@ def newton_direction(
 # %% ../../nbs/6_appendix/27_newton.ipynb #4da47a7b
 def _line_search(logK, a, b, state, d, grad):
     """One ascent step per problem: Newton at t = 1, 1/4, ..., 1/4^7 (Armijo), else Sinkhorn's
-    column
-    update; returns the new (log_v, T, log_u, c, J, H)."""
+    column update; returns the new (log_v, T, log_u, c, J, H)."""
     log_v, log_u, c, J = state[0], state[2], state[3], state[4]
     # (P, 1) no potential moves by more than 20
     t = (20.0 / d.abs().amax(-1).clamp_min(1e-300)).clamp(max=1.0).unsqueeze(-1)

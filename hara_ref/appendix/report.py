@@ -122,8 +122,7 @@ def _ms(res, key, metric, k=None, d=3) -> str:
 
 def cell_row(res: dict, cell: dict) -> dict:
     """Markdown cells of one row: n, means ± s.e., paired differences to the base with 95%
-    intervals,
-    verdict."""
+    intervals, verdict."""
     key, K = cell['key'], res['config']['eval_samples']
     row = dict(
         cell=cell['name'],
@@ -167,8 +166,7 @@ COLUMNS = (
 
 def secondary_row(res: dict, cell: dict) -> dict:
     """Paired differences to the base of the metrics that do not decide: entropy, distinct
-    strategies,
-    length, s/step."""
+    strategies, length, s/step."""
     row = dict(cell=cell['name'], base=cell['base'] or '(base)')
     for m, d in (('entropy', 3), ('strategies', 2), ('length', 1), ('step_s', 2)):
         a, b = (

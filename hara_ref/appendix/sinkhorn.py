@@ -61,14 +61,12 @@ def scaling_step(
 # %% ../../nbs/6_appendix/26_sinkhorn_batched.ipynb #463f6007
 class SinkhornConvergenceWarning(ConvergenceWarning):
     """Warned when some Sinkhorn problems did not meet `stop_thr` within `num_iter_max` iterations
-    (a
-    `ConvergenceWarning`)."""
+    (a `ConvergenceWarning`)."""
 
 # %% ../../nbs/6_appendix/26_sinkhorn_batched.ipynb #b74be7f0
 def _fold(log_u, log_v, u, v, sel):
     """Fold the corrections $\\tilde u, \\tilde v$ of the selected items into their potentials;
-    their
-    corrections become 1."""
+    their corrections become 1."""
     s = sel.unsqueeze(-1)  # (..., 1)
     # -inf + 0 stays -inf on padding
     return (
@@ -100,8 +98,7 @@ def _log_iteration(logK, log_a, log_b, log_u, log_v, active):
 # %% ../../nbs/6_appendix/26_sinkhorn_batched.ipynb #f1f68dca
 def _start(a, b, M, reg, log_u0, log_v0=None, tau=math.inf):
     """Stand-in weights for absent items, log-weights, log-kernel, potentials, $\\tilde K$, and
-    (...,)
-    bool: iteration 0 was run in log domain."""
+    (...,) bool: iteration 0 was run in log domain."""
     present = a.sum(-1) > 0  # (...,) absent items get a stand-in `a` and, at the end, a zero plan
     a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / a.shape[-1]))  # (..., n)
     logK, log_a, log_b = M / (-reg), a.log(), b.log()  # (..., n, m), (..., n), (..., m)
@@ -233,8 +230,7 @@ def sinkhorn_log(
     check_inputs: bool = True,
 ):  # plan (..., n, m) in the dtype of M [, log dict]
     """Batched log-domain (absorption-stabilised) Sinkhorn for entropic OT; padded rows/columns of
-    the
-    plan are exactly 0."""
+    the plan are exactly 0."""
     reg, out_dtype = as_reg(reg), None
     check_iterations(num_iter_max, check_every, omega)
     if check_inputs:

@@ -47,8 +47,7 @@ def _prompt_spans(
     stride: int,
 ) -> tuple:
     """All windows of one prompt's rollouts: points (n, w, d), weights (n, w), owner (n,), token
-    index
-    (n, w), valid (n, w)."""
+    index (n, w), valid (n, w)."""
     rows = [
         (k, s, min(width, L[k] - s))
         for k in range(len(L))
@@ -203,8 +202,7 @@ def position_weights(
 # %% ../../nbs/3_hara/14_baselines.ipynb #e7687d36
 def labels_only(hidden, mask, rewards, group_ids) -> tuple:
     """Checked (mask, rewards, group_ids, dtype) for methods that do not look at hidden states
-    (hidden
-    may be None)."""
+    (hidden may be None)."""
     if hidden is not None:
         hidden, mask, rewards, group_ids, _ = check_rollouts(hidden, mask, rewards, group_ids)
         return mask, rewards, group_ids, hidden.dtype

@@ -101,8 +101,7 @@ def stage_versions(
     phi: torch.Tensor,  # (..., T, D) lifted tokens φ_t = (√(1-α) h_t, √(2α) τ_t)
 ) -> torch.Tensor:
     """Each node's version y_j = Σ_t q[t,j] φ_t / Σ_t q[t,j], the barycentric projection (nan where
-    a
-    node gets no mass); (..., L_b, D)."""
+    a node gets no mass); (..., L_b, D)."""
     return (q.transpose(-1, -2) @ phi) / q.sum(-2).unsqueeze(-1)  # (..., L_b, D)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #473b3b86
@@ -127,8 +126,7 @@ def relative_to_group(
     mask: torch.Tensor,  # (B, T) bool
 ) -> torch.Tensor:
     """Relative novelty x = 1 + e / n̄_g (1 where n̄_g = 0; 0 on padding for (B, T) input); same
-    shape
-    as e."""
+    shape as e."""
     nb = nbar[:, None] if e.ndim == 2 else nbar  # (B, 1) or (B,)
     x = torch.where(nb > 0, 1 + e / nb.clamp(min=torch.finfo(e.dtype).tiny), torch.ones_like(e))
     return x * mask if e.ndim == 2 else x
@@ -179,8 +177,7 @@ def _computed_rollouts(
     keep: torch.Tensor | None,  # (B,) bool or None
 ) -> tuple:
     """Rollouts whose novelty is computed (B,) bool, and the non-empty size of each rollout's
-    outcome
-    group (B,)."""
+    outcome group (B,)."""
     present = L > 0  # (B,)
     G = int(og.max()) + 1 if og.numel() else 0
     # (G,)
@@ -278,8 +275,7 @@ def stage_novelty(
     median_kw: dict | None = None,
 ) -> tuple:
     """Stage novelty ν (B, L_b), token excess e (B, T), sequence excess (B,) of the computed
-    rollouts
-    (0 elsewhere), and the geometric median's info (None for 'entrywise')."""
+    rollouts (0 elsewhere), and the geometric median's info (None for 'entrywise')."""
     B, T, d = hidden.shape
     nu, e, e_seq = hidden.new_zeros(B, Z.shape[-2]), hidden.new_zeros(B, T), hidden.new_zeros(B)
     # (R,), (B,) prefix masks: one past the last real token

@@ -80,8 +80,7 @@ def check_mask(mask: torch.Tensor, B: int, T: int) -> torch.Tensor:
 # %% ../../nbs/3_hara/11_rollouts.ipynb #80de1a86
 def check_labels(rewards, group_ids, B: int, device, dtype) -> tuple:
     """Rewards (B,) finite, cast to `dtype`, and integer prompt ids (B,) long, or an error naming
-    the
-    problem."""
+    the problem."""
     rewards, group_ids = (
         torch.as_tensor(rewards, device=device),
         torch.as_tensor(group_ids, device=device),
@@ -216,8 +215,7 @@ def group_mean(
     member: torch.Tensor,  # (B,) bool, rollouts that count (the computed ones)
 ) -> torch.Tensor:
     """Mean of `v` over the members of each rollout's outcome group, handed back per rollout, shape
-    of
-    v."""
+    of v."""
     G = int(og.max()) + 1 if og.numel() else 0
     w = member.to(v.dtype).reshape(-1, *[1] * (v.ndim - 1))  # (B, 1, ...)
     tot = v.new_zeros(G, *v.shape[1:]).index_add_(0, og, v * w)  # (G, ...)
@@ -412,8 +410,7 @@ def group_geometric_median(
 @dataclass
 class Reweighting:
     """What a credit-assignment method did to a batch: base advantages, token weights, and the
-    signal
-    behind them."""
+    signal behind them."""
 
     # 'none', 'hara-seq', 'hara-tok', 'hara-span', 'shear', 'entropy', 'position'
     method: str

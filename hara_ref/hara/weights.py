@@ -54,8 +54,7 @@ def hara_weights(
     w_max: float = 2.0,  # upper clip, >= 1
 ) -> torch.Tensor:
     """HARA weights w = clip(1 + sign(A) κ (x - 1), w_min, w_max), 1 where inactive or A = 0; shape
-    of
-    x."""
+    of x."""
     kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)
     w_max = check_scalar('w_max', w_max, 1)
     if active is not None:

@@ -50,8 +50,7 @@ def as_reg(
     reg,  # $\varepsilon$: a Python number, NumPy scalar, 0-d array or 0-d tensor
 ) -> float:  # the same value as a Python float, checked finite and > 0
     """Entropic regulariser as a Python float; anything that is not one finite real scalar > 0
-    raises
-    `ValueError`."""
+    raises `ValueError`."""
     if type(reg) is float and 0 < reg < math.inf:
         return reg  # the common case costs one comparison
     if isinstance(reg, (torch.Tensor, np.ndarray, np.generic)):

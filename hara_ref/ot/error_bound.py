@@ -70,8 +70,7 @@ def check_weights(
     b: torch.Tensor,  # (..., m) barycenter weights
 ) -> None:
     """Refuse weights that no plan can couple: not floating, nan/inf, negative, or totals that
-    differ
-    (relative $\\sqrt{\\text{eps}}$)."""
+    differ (relative $\\sqrt{\\text{eps}}$)."""
     if not all(
         isinstance(x, torch.Tensor) and x.is_floating_point() and x.ndim >= 1 for x in (a, b)
     ):
@@ -135,8 +134,7 @@ def _prefix_suffix(
 # %% ../../nbs/2_ot/09_error_bound.ipynb #4beed316
 def check_plan_positions(plan: torch.Tensor, tau: torch.Tensor, tau_bar: torch.Tensor) -> tuple:
     """Validate a plan and its positions (floating, matching shapes, finite, non-negative);
-    broadcast
-    the positions."""
+    broadcast the positions."""
     if not all(isinstance(x, torch.Tensor) and x.is_floating_point() for x in (plan, tau, tau_bar)):
         raise TypeError("plan, tau and tau_bar must be floating torch tensors")
     if plan.ndim < 2 or tau.shape[-1] != plan.shape[-2] or tau_bar.shape[-1] != plan.shape[-1]:
@@ -188,8 +186,7 @@ def order_reversing_mass(
     tau: torch.Tensor,
     tau_bar: torch.Tensor,  # (..., m) barycenter positions (distinct)
 ) -> torch.Tensor:  # (...,) $R_0(T)$
-    """Order-reversing mass $R_0(T) = \\sum_{\\text{order-reversing pairs}} T_{tj}T_{sk}$, by
-    prefix
+    """Order-reversing mass $R_0(T) = \\sum_{\\text{order-reversing pairs}} T_{tj}T_{sk}$, by prefix
     sums in $O(n\\,m)$."""
     plan, _, _ = _sort_chain(*check_plan_positions(plan, tau, tau_bar))  # (..., n, m)
     return 2 * (plan * _prefix_suffix(plan)).sum((-2, -1))  # (...,)
@@ -201,8 +198,7 @@ def position_mean_gap(
     tau_bar: torch.Tensor,  # (..., m) barycenter positions
 ) -> torch.Tensor:  # (...,) $m(T)$, 0 under Theorem 3.2's premise
     """Mean position offset $m(T) = \\sum_t a_t\\tau_t - \\sum_j b_j\\bar\\tau_j$ with the plan's
-    own
-    marginals $a = T\\mathbf 1$, $b = T^\\top\\mathbf 1$."""
+    own marginals $a = T\\mathbf 1$, $b = T^\\top\\mathbf 1$."""
     plan, tau, tau_bar = check_plan_positions(plan, tau, tau_bar)  # (..., n, m), (..., n), (..., m)
     # \sum_t a_t \tau_t - \sum_j b_j \bar\tau_j
     return (plan.sum(-1) * tau).sum(-1) - (plan.sum(-2) * tau_bar).sum(-1)  # (...,)
@@ -210,8 +206,7 @@ def position_mean_gap(
 # %% ../../nbs/2_ot/09_error_bound.ipynb #62fe4554
 def _as_float(x) -> float:
     """A Python, numpy or one-element torch scalar as a float; nan for anything else (so range
-    checks
-    fail)."""
+    checks fail)."""
     if isinstance(x, torch.Tensor):
         return float(x) if x.numel() == 1 and not x.is_complex() else math.nan
     return (

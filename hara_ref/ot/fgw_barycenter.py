@@ -25,8 +25,7 @@ def update_features(
     b: torch.Tensor,  # (L_b,) barycenter weights
 ) -> torch.Tensor:  # (L_b, d) $Z$
     """Feature step of the FGW barycenter: $Z = \\operatorname{diag}(1/b)\\sum_i \\lambda_i
-    T_i^\\top
-    H_i$."""
+    T_i^\\top H_i$."""
     # (L_b, d)
     return sum(lam * plan.T @ h for lam, plan, h in zip(lambdas, plans, hs)) / b[:, None]
 
@@ -38,8 +37,7 @@ def update_structure(
     b: torch.Tensor,  # (L_b,) barycenter weights
 ) -> torch.Tensor:  # (L_b, L_b) $\bar C$
     """Structure step of the FGW barycenter (square loss): $\\bar C = \\sum_i \\lambda_i T_i^\\top
-    C_i
-    T_i / (b b^\\top)$."""
+    C_i T_i / (b b^\\top)$."""
     # (L_b, L_b)
     return sum(lam * plan.T @ C @ plan for lam, plan, C in zip(lambdas, plans, Cs)) / (
         b[:, None] * b[None, :]
@@ -308,8 +306,7 @@ def stage_mapping(
     lambdas: list | None = None,  # K weights (default 1/K)
 ) -> torch.Tensor:  # (L_b, n_labels) $A$, rows sum to 1
     """Node-to-stage mapping $A_{js}$: share of barycenter node $j$'s mass coming from tokens of
-    stage
-    $s$."""
+    stage $s$."""
     lambdas = [1 / len(plans)] * len(plans) if lambdas is None else lambdas
     # (L_b, S)
     A = sum(
@@ -342,8 +339,7 @@ def heldout_recovery(
     how: str = 'unit',  # feature normalisation
 ) -> float:  # held-out stage recovery
     """Held-out stage recovery: couple fresh rollouts to a fixed barycenter by FGW and score them
-    with
-    `stage_recovery`."""
+    with `stage_recovery`."""
     g, b = chain_graph(h, mask, how), torch.full((Z.shape[0],), 1 / Z.shape[0], dtype=Z.dtype)
     plans = [
         fgw(

@@ -24,8 +24,7 @@ def anchor_plan(
     dtype=torch.float64,  # dtype of the result
 ) -> torch.Tensor:  # (..., T, L_b) $P^0 = e_1e_1^\top + e_Le_{L_b}^\top$
     """Anchor plan of Lemma 3.1: first real token to node 1, last real token to node $L_b$, unit
-    mass
-    each."""
+    mass each."""
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be bool, got {mask.dtype}")
     if L_b < 2:

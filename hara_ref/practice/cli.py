@@ -271,8 +271,7 @@ def hooks_for(*cfgs) -> dict:
 # %% ../../nbs/5_practice/25_cli.ipynb #152606c1
 def train_cli(argv: list | None = None) -> int:
     """`hara-ref train`: parse and check the flags, run the experiment, write plot and summary,
-    print
-    the table."""
+    print the table."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = train_parser().parse_args(argv)

@@ -185,8 +185,7 @@ def run_complete(path: Path, steps: int) -> bool:
 
 def _cost(cell: Cell) -> int:
     """Rough relative cost of a cell's run, to start the slowest first (exact barycenters, then
-    HARA,
-    SHEAR)."""
+    HARA, SHEAR)."""
     o = dict(cell.overrides)
     return (
         3

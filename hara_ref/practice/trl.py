@@ -83,8 +83,7 @@ def check_hara_config(cfg: HaraConfig) -> HaraConfig:
 # %% ../../nbs/5_practice/22_trl.ipynb #a14fd7d6
 def oracle_kwargs(cfg: HaraConfig) -> dict:
     """The novelty keywords `hara_advantages` receives: the set fields among alpha, L_b, reg,
-    metric,
-    then `novelty_kw`."""
+    metric, then `novelty_kw`."""
     kw = {
         k: getattr(cfg, k) for k in ('alpha', 'L_b', 'reg', 'metric') if getattr(cfg, k) is not None
     }
@@ -320,8 +319,7 @@ def weight_stats(
     base: torch.Tensor,  # (b,) base advantages
 ) -> torch.Tensor:
     """[sum, sum of squares, count, min, max] of the weights on tokens whose advantage is not 0,
-    shape
-    (5,)."""
+    shape (5,)."""
     w = weights[mask & (base != 0)[:, None]].double()  # (n,)
     if w.numel() == 0:
         return torch.tensor(
@@ -354,8 +352,7 @@ def combine_stats(s: torch.Tensor) -> dict:
 # %% ../../nbs/5_practice/22_trl.ipynb #0e310fb8
 class HaraGRPOTrainer(GRPOTrainer):
     """TRL's `GRPOTrainer` whose (B,) advantages are replaced by HARA's (B, T) token advantages (or
-    a
-    baseline's)."""
+    a baseline's)."""
 
     def __init__(self, *args, hara: HaraConfig | None = None, **kwargs):
         hara = HaraConfig() if hara is None else hara
@@ -374,8 +371,7 @@ class HaraGRPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         """TRL's batch, then (training only) its advantages replaced by token advantages (b, T),
-        with
-        metrics."""
+        with metrics."""
         tap = None
         if self.model.training and needs_hidden(self.hara.reweight) and scores_old_policy(self):
             tap = HiddenTap(self.hara.hidden_layer)  # for TRL's old-policy scoring forward
@@ -420,8 +416,7 @@ class HaraGRPOTrainer(GRPOTrainer):
 # %% ../../nbs/5_practice/22_trl.ipynb #04cb439d
 def hara_signals(trainer, out: dict) -> tuple:
     """What the reweighting reads besides rewards: hidden states (b, T, d) and/or token entropies
-    (b,
-    T) of this process's rollouts."""
+    (b, T) of this process's rollouts."""
     cfg, args, model = trainer.hara, trainer.args, trainer.model
     ids = (out['prompt_ids'], out['prompt_mask'], out['completion_ids'], out['completion_mask'])
     bs = cfg.forward_batch_size or args.per_device_train_batch_size

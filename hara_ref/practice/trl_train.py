@@ -98,8 +98,7 @@ def grpo_config_of(
 # %% ../../nbs/5_practice/23_trl_train.ipynb #e153149d
 def trl_dataset(tokenizer, items: list):
     """An in-memory `datasets.Dataset` of plain prompts (BOS written in front when the tokenizer
-    does
-    not add it) and answers."""
+    does not add it) and answers."""
     from datasets import Dataset
 
     bos = (
@@ -123,8 +122,7 @@ def trl_reward(reward_fn):
 # %% ../../nbs/5_practice/23_trl_train.ipynb #80a85900
 def metrics_callback(run_dir, tag: dict, k: int, eval_fn, eval_every: int, bar=None):
     """A `TrainerCallback` writing our `metrics.jsonl` rows: one 'train' row per RL step (k
-    optimizer
-    steps), 'eval' rows every `eval_every`."""
+    optimizer steps), 'eval' rows every `eval_every`."""
     from transformers import TrainerCallback
     from hara_ref.train.policy import append_jsonl
 

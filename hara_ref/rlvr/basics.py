@@ -149,8 +149,7 @@ def exact_match_reward(
     answer,  # ground truth (str or int), e.g. '14'
 ) -> float:  # 1.0 or 0.0
     """Eq. (4): 1.0 if the boxed answer equals `answer` as a string (surrounding whitespace
-    ignored),
-    else 0.0."""
+    ignored), else 0.0."""
     got = extract_boxed(completion)
     return float(got is not None and got.strip() == str(answer).strip())
 

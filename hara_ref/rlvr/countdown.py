@@ -201,9 +201,8 @@ def countdown_demo(p: Countdown, rng: random.Random, p_other: float = 0.2) -> st
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #19263970
 def sum_strategy(text: str, answer: str) -> str | None:
     """The order of additions of an addition-task response whose boxed answer is right ('2,7,5'),
-    None
-    otherwise (the task's reward checks only the answer, so the steps' sums are not checked here
-    either)."""
+    None otherwise (the task's reward checks only the answer, so the steps' sums are not checked
+    here either)."""
     steps = parse_steps(text)
     if not steps or exact_match_reward(text, answer) != 1.0:
         return None

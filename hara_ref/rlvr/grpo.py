@@ -140,8 +140,7 @@ def verl_advantages(
     adv_estimator: str = 'grpo',  # 'grpo' or 'rloo'
 ) -> torch.Tensor:  # (B,)
     """verl's `compute_grpo_outcome_advantage` / `compute_rloo_outcome_advantage`: unbiased std,
-    delta
-    = 1e-6, a group of one has mean 0, std 1."""
+    delta = 1e-6, a group of one has mean 0, std 1."""
     if adv_estimator == 'rloo':
         return group_advantages(rewards, group_ids, 'rloo', singleton='verl')
     if adv_estimator != 'grpo':
@@ -163,8 +162,7 @@ def base_advantages(
     eps: float = 1e-6,  # delta for GRPO / DAPO
 ) -> torch.Tensor:  # (B,) sequence advantages
     """Sequence advantages of the base method HARA reweights: GRPO, Dr.GRPO, DAPO (= GRPO's
-    advantage)
-    or RLOO."""
+    advantage) or RLOO."""
     if method not in ('grpo', 'drgrpo', 'dapo', 'rloo'):
         raise ValueError(f"method must be 'grpo', 'drgrpo', 'dapo' or 'rloo', got {method!r}")
     return group_advantages(
@@ -287,8 +285,7 @@ def ppo_clip_loss(
     max_len: int | None = None,  # L_max for 'seq-mean-token-sum-norm'
 ) -> tuple[torch.Tensor, dict]:  # (scalar loss, statistics)
     """Eq. (8): PPO-clip token loss (asymmetric clip, optional dual clip, optional k3 KL),
-    aggregated
-    by `agg`."""
+    aggregated by `agg`."""
     if not (0 <= clip_eps_low < 1 and clip_eps_high >= 0):
         raise ValueError(
             f"need 0 <= clip_eps_low < 1 and clip_eps_high >= 0, got {clip_eps_low}, "

@@ -80,8 +80,7 @@ class ExperimentConfig:
 
 def experiment_errors(ex: ExperimentConfig) -> list:
     """What is wrong with `ex`, one message per problem (a field is named in backticks, or by its
-    name
-    with an underscore)."""
+    name with an underscore)."""
     bad = [
         f"unknown `reweights` {r!r}: use a comma list of {REWEIGHTS}"
         for r in ex.reweights
@@ -172,8 +171,7 @@ def _strategy_fn(ex: ExperimentConfig):
 # %% ../../nbs/4_train/19_experiment.ipynb #31de7207
 def prepare_start(ex: ExperimentConfig, eval_prompts: int = 100, progress: bool = True) -> tuple:
     """The start checkpoint (built-in: tiny Qwen3 after SFT, once) and the train / held-out items
-    with
-    their reward."""
+    with their reward."""
     out = Path(ex.out)
     task = experiment_task(ex)
     if ex.data:
@@ -499,8 +497,7 @@ def plot_runs(runs: dict, path=None, title: str = ''):
 # %% ../../nbs/4_train/19_experiment.ipynb #decd76f3
 def summarize(runs: dict, start_eval: dict | None = None) -> tuple:
     """Per variant, mean ± std over seeds of final pass@1, pass@k, entropy, length and HARA's share
-    of
-    step time; (rows, table text)."""
+    of step time; (rows, table text)."""
     rows = []
     for variant, rl in by_variant(runs).items():
 
@@ -560,8 +557,7 @@ def summarize(runs: dict, start_eval: dict | None = None) -> tuple:
 
 def paired_lines(rows: list) -> list:
     """Each variant against the first, paired by seed: mean difference of final pass@1 and pass@k
-    with
-    its 95% interval (chapter 33_report)."""
+    with its 95% interval (chapter 33_report)."""
     from hara_ref.appendix.report import paired
 
     if len(rows) < 2:

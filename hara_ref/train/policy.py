@@ -170,8 +170,7 @@ def encode_prompts(tokenizer, prompts: list, max_len: int | None = None, device=
 # %% ../../nbs/4_train/15_policy.ipynb #fedf186f
 def _cache_kw(model) -> str:
     """Name of the KV-cache argument of `model.forward` (`cache` in transformers 5,
-    `past_key_values`
-    before)."""
+    `past_key_values` before)."""
     return 'cache' if 'cache' in inspect.signature(model.forward).parameters else 'past_key_values'
 
 
@@ -346,8 +345,7 @@ def peak_rss_mib(
     grad: bool = False,
 ) -> float:
     """Growth of peak RSS (MiB) of one `policy_forward` (and backward if `grad`) on a tiny Qwen3
-    with
-    vocabulary V, in a fresh process."""
+    with vocabulary V, in a fresh process."""
     args = [
         str(B),
         str(T),

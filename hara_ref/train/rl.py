@@ -261,8 +261,7 @@ def rl_step(
     hooks: dict | None = None,
 ) -> dict:  # metrics of the step
     """One RLVR step: G rollouts per prompt, rewards, base advantages, optional reweighting,
-    PPO-clip
-    micro-steps."""
+    PPO-clip micro-steps."""
     # one rollout per prompt, its own credit: the whole step is the extension's
     if cfg.method == 'hp-rlvr':
         step = need_hook(cfg, hooks, 'step')

@@ -189,8 +189,7 @@ def rewards_of(tokenizer, resp_ids, resp_mask, answers: list, reward_fn) -> tupl
 
 def distinct_strategies(texts: list, answers: list, n_samples: int, strategy_fn) -> float:
     """Mean over prompts of the number of distinct strategies among its `n_samples` correct
-    responses
-    (consecutive in `texts`)."""
+    responses (consecutive in `texts`)."""
     s = [strategy_fn(t, a) for t, a in zip(texts, answers)]
     per = [
         len({x for x in s[i : i + n_samples] if x is not None}) for i in range(0, len(s), n_samples)
