@@ -101,7 +101,7 @@ def lifted_cost(
     alpha: float = 0.25,  # α, weight of the structure term
 ) -> torch.Tensor:
     """Lifted cost of Lemma 3.1, (1-α)‖h_t - z_j‖² + 2α(τ_t - τ̄_j)², shape (..., T, L_b): squared
-    distances of chapter 6's lifted points."""
+    distances of `lift`'s lifted points."""
     # (1-α)‖h - z‖² + 2α(τ - τ̄)² = ‖φ(h, τ) - φ(z, τ̄)‖²,  φ = (√(1-α) h, √(2α) τ)
     # (..., T, L_b)
     return sq_dists(lift(h, tau, alpha), lift(Z, tau_bar.expand(Z.shape[:-1]), alpha))

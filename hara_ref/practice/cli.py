@@ -282,7 +282,7 @@ def train_cli(argv: list | None = None) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"hara-ref train: error: {e}", file=sys.stderr)
         return 2
-    # the same experiment through TRL (chapters 14-15); TRL is imported only then
+    # the same experiment through TRL (chapters 22_trl, 23_trl_train); TRL is imported only then
     if ex.engine == 'trl':
         from hara_ref.practice.trl_train import train_cli_trl
 

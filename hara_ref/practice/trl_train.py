@@ -183,7 +183,7 @@ def train_run_trl(
     hooks: dict | None = None,  # (TRL runs no extension: no HP-RLVR, no HORA)
 ) -> list:
     """One seeded run of `HaraGRPOTrainer` from `init_path`, written like
-    `hara_ref.train.rl.train_run` (metrics.jsonl, final/); an engine of `run_variants`."""
+    `hara_ref.train.loop.train_run` (metrics.jsonl, final/); an engine of `run_variants`."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
     from hara_ref.train.policy import load_policy, save_policy
     from hara_ref.train.sft import evaluate

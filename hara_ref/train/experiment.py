@@ -66,7 +66,8 @@ class ExperimentConfig:
     hidden_size: int = 96  # built-in tiny Qwen3: d ...
     n_layers: int = 2  # ... and layers
     heldout_frac: float = 0.1  # share of the data's prompts held out for evaluation
-    # 'ours': chapter 17_rl's trainer; 'trl': TRL's GRPOTrainer with HARA (chapters 14-15)
+    # 'ours': chapter 18_loop's trainer; 'trl': TRL's GRPOTrainer with HARA
+    # (chapters 22_trl, 23_trl_train)
     engine: str = 'ours'
 
     def __post_init__(self):
@@ -316,7 +317,7 @@ def start_point(ex: ExperimentConfig, cfg: TrainConfig, progress: bool = True) -
 def run_variants(
     ex: ExperimentConfig,
     variants: dict,  # {variant name: TrainConfig}, each trained for every seed of `ex`
-    engine=None,  # trains one run, with `train_run`'s arguments (None: `train_run`, chapter 17_rl)
+    engine=None,  # trains one run with `train_run`'s arguments (None: `train_run`, chapter 18_loop)
     hooks: dict | None = None,  # extensions the variants need (`need_hook`, chapter 17_rl)
     cfg: TrainConfig | None = None,  # the settings config.json keeps (None: the first variant)
     progress: bool = True,
