@@ -352,3 +352,16 @@ def test_group_barycenters_bad_input():
         group_barycenters(hb, mask, g)
     with pytest.raises(ValueError, match='weights'):
         group_barycenters(h, mask, g, weights=-torch.ones(len(h)))
+
+
+def test_group_barycenters_reports_its_tolerance_and_rounding_floor():
+    "A tol below the dtype's resolution is not silently ignored: info says what the stop was."
+    from hara_ref.appendix.barycenters import group_barycenters
+
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        h = torch.randn(4, 12, 6, generator=g, dtype=dtype)  # (N, T, d)
+        m = torch.ones(4, 12, dtype=torch.bool)  # (N, T)
+        _, info = group_barycenters(h, m, torch.zeros(4, dtype=torch.long), L_b=4, tol=1e-12)
+        eps = torch.finfo(dtype).eps
+        assert info['tol'] == max(1e-12, 100 * eps) and info['rounding_floor'] == 1000 * eps

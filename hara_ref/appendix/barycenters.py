@@ -219,8 +219,9 @@ def group_barycenters(
     L_b: int = 32,  # barycenter size
     reg: float = 0.05,  # entropic regulariser $\varepsilon$
     max_iter: int = 200,  # most barycenter iterations
-    # a group stops when its estimated distance to the fixed point is below tol
-    # (`fixed_point_error`)
+    # a group stops when its estimated distance to the fixed point is below tol (at least 100 eps of
+    # the dtype; `fixed_point_error`), or when Z moves by less than 1000 eps, the rounding level
+    # (1.2e-4 in float32: pass float64 features for a tighter answer); both in `info`
     tol: float = 1e-4,
     normalize: str = 'unit',  # feature normalisation (`feature_scales`)
     stop_thr: float = 1e-7,  # smallest Sinkhorn marginal tolerance
@@ -438,6 +439,8 @@ def group_barycenters(
         converged_group=conv.cpu(),
         marginal_err=merr,
         lam=lam,
+        tol=tol,  # the tolerance used (tol, raised to 100 eps of the dtype)
+        rounding_floor=noise,  # a group whose Z moves less than this has stopped (1000 eps)
     )
     if final_plans_kw is not None:
         info['final_plans_iters'] = lg['n_iter'] if rows.numel() else 0
