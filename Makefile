@@ -29,7 +29,8 @@ test: install
 	$(BIN)/ruff format --check nbs tests tools
 	# two notebooks at a time, one BLAS/OpenMP thread each: two 2-thread torch processes on 2 cores thrash
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/nbdev_test --n_workers 2 --timing
-	$(BIN)/python -m pytest -q tests
+	# two test processes, one BLAS/OpenMP thread each (as the notebooks)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests
 	# float32 tolerances must hold on any CPU: the float32-sensitive notebooks and tests once more on the portable
 	# kernel set (another summation order than AVX2/AVX-512), so a tolerance of a few ulps fails here, not elsewhere
 	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" \

@@ -4,6 +4,7 @@ advantages reach TRL's loss, 1 vs 2 processes, bad config."""
 import copy
 import os
 import signal
+import socket
 import subprocess
 import sys
 import warnings
@@ -228,6 +229,13 @@ def test_rollout_labels_unscorable_rows_get_their_own_group():
     assert r.tolist() == [1.0, 2.0, 0.0, 3.0] and gid.tolist() == [0, 0, 6, 1]
 
 
+def free_port() -> int:
+    "A TCP port nobody listens on now (parallel test workers must not share one)."
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
 def run_killing_group(
     cmd: list, env: dict, timeout: float, marker: str
 ) -> subprocess.CompletedProcess:
@@ -275,7 +283,7 @@ def test_two_processes_match_one(tiny, tmp_path, per_process):
     ]
     # a run that hangs (seen on a loaded machine: one rank waiting after the other exited) is
     # retried
-    for attempt, port in enumerate((29517, 29533, 29549)):
+    for attempt, port in enumerate(free_port() for _ in range(3)):
         try:
             r2 = run_killing_group(
                 acc(port) + [str(script), str(tiny), str(two), str(per_process), '3', 'dapo'],
