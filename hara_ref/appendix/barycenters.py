@@ -30,9 +30,8 @@ __all__ = ['feature_scales', 'group_weights', 'rollout_costs', 'anderson_step', 
            'fixed_point_error', 'group_barycenters', 'linearized_barycenter']
 
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #bcdb1cb1
-# (N, T, d) hidden states (rows off the mask arbitrary, even nan)
 def feature_scales(
-    h: torch.Tensor,
+    h: torch.Tensor,  # (N, T, d) hidden states (rows off the mask arbitrary, even nan)
     mask: torch.Tensor,  # (N, T) bool, True on real tokens
     how: str = 'unit',  # 'unit' | 'none' | 'mean_norm', as in `normalize_features`
 ) -> tuple:  # h (N, T, d), s (N, T), hh (N, T)
@@ -205,9 +204,8 @@ def fixed_point_error(
     )
 
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #a9aa0449
-# (N, T, d) hidden states of the rollouts, in any order (never copied)
 def group_barycenters(
-    h: torch.Tensor,
+    h: torch.Tensor,  # (N, T, d) hidden states of the rollouts, in any order (never copied)
     # (N, T) bool, True on real tokens; an all-False row is an absent rollout
     mask: torch.Tensor,
     # (N,) long group of each rollout in [0, G), or -1 (not in any group)
@@ -457,9 +455,8 @@ def group_barycenters(
     return Z, info
 
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #a6977d4c
-# (..., K, T, d) hidden states of the rollouts of each group
 def linearized_barycenter(
-    h: torch.Tensor,
+    h: torch.Tensor,  # (..., K, T, d) hidden states of the rollouts of each group
     # (..., K, T) bool, True on real tokens; all-False row = absent rollout
     mask: torch.Tensor,
     alpha: float = 0.25,  # FGW trade-off (weight of the structure term)

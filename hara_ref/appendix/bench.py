@@ -33,9 +33,8 @@ __all__ = ['BENCH_OT_CHOICES', 'QWEN3_SHAPES', 'SCALE_CHOICES', 'bench_sinkhorn'
            'format_scale_row', 'bench_scale_main']
 
 # %% ../../nbs/6_appendix/32_bench.ipynb #675494d4
-# problem sizes and tolerance
 def bench_sinkhorn(
-    K: int = 16,
+    K: int = 16,  # problem sizes and tolerance
     L: int = 1024,
     L_b: int = 32,
     reg: float = 0.05,

@@ -171,7 +171,6 @@ def response_hidden(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torc
 
 
 @torch.no_grad()
-# (B, P) the prompts, left-padded
 def hindsight_weights_chunked(
     model,
     tokenizer,

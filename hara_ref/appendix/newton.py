@@ -169,9 +169,8 @@ def _line_search(logK, a, b, state, d, grad):
     return out
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #e8e0a550
-# (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
 def semidual_newton(
-    a: torch.Tensor,
+    a: torch.Tensor,  # (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
     b: torch.Tensor,  # (..., m) target weights (sum 1; zeros = padding)
     M: torch.Tensor,  # (..., n, m) cost; leading dims broadcast with a, b
     reg: float,  # entropic regulariser $\varepsilon > 0$

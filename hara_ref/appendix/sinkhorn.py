@@ -204,9 +204,8 @@ def relax_omega(
     )
 
 # %% ../../nbs/6_appendix/26_sinkhorn_batched.ipynb #ad71fb01
-# (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
 def sinkhorn_log(
-    a: torch.Tensor,
+    a: torch.Tensor,  # (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
     b: torch.Tensor,  # (..., m) target weights (sum 1; zeros = padding)
     M: torch.Tensor,  # (..., n, m) cost; leading dims broadcast with a, b
     # entropic regulariser $\varepsilon > 0$ (any real scalar, see `as_reg`)

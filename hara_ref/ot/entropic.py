@@ -32,8 +32,8 @@ def sinkhorn_naive(
     return u[:, None] * K * v[None, :]  # (n, m)
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #1b79cd42
-# (..., p) log target weights of the side being updated ($-\infty$ = padding)
 def lse_update(
+    # (..., p) log target weights of the side being updated ($-\infty$ = padding)
     log_w: torch.Tensor,
     # (..., p, q) $-M/\varepsilon$, oriented so the updated side is dim -2
     logK: torch.Tensor,
@@ -158,9 +158,8 @@ def stop_floor(
     return 8 * eps * (1 + M_max / reg) ** 0.5 * b.norm(dim=-1)  # (...,)
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #ddc50586
-# a float, or (...,) one per problem (broadcast to the batch)
 def item_thresholds(
-    stop_thr: float | torch.Tensor,
+    stop_thr: float | torch.Tensor,  # a float, or (...,) one per problem (broadcast to the batch)
     M: torch.Tensor,  # (..., n, m) cost (batch shape already broadcast)
     b: torch.Tensor,  # (..., m) target weights
     reg: float,  # entropic regulariser
@@ -194,9 +193,8 @@ def solve_in_float32(
     return torch.where(sa > 0, a / sa, a), b / sb, M
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #fb58249b
-# (..., p) warm start (tensor or NumPy array), broadcastable to w
 def check_warm_start(
-    x,
+    x,  # (..., p) warm start (tensor or NumPy array), broadcastable to w
     w: torch.Tensor,  # (..., p) weights of that side (0 = padding)
     name: str,  # 'log_u0' or 'log_v0', for the message
     scale: float,  # $\max|M|/\varepsilon$ over the batch

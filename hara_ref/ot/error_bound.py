@@ -255,9 +255,8 @@ def random_instance(
     return ot.dist(h, z), tau, tau_bar
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #a3e14e07
-# an instance (see `random_instance`)
 def solve_instance(
-    M: np.ndarray,
+    M: np.ndarray,  # an instance (see `random_instance`)
     tau: np.ndarray,
     tau_bar: np.ndarray,
     alpha: float = 0.25,  # structure weight

@@ -64,9 +64,8 @@ def feature_norms(
     return h, torch.linalg.vector_norm(h, dim=-1)  # (..., T, d), (..., T)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #a13ac7fb
-# (..., T, d) hidden states (zero rows = padding stay zero)
 def normalize_features(
-    h: torch.Tensor,
+    h: torch.Tensor,  # (..., T, d) hidden states (zero rows = padding stay zero)
     how: str = 'unit',  # 'unit' | 'none' | 'mean_norm'
     mask: torch.Tensor | None = None,  # (..., T) bool real tokens, used by 'mean_norm'
 ) -> torch.Tensor:  # (..., T, d)

@@ -118,9 +118,8 @@ def _flag_type(tp) -> tuple:
     return (args[0] if args else tp), None
 
 
-# the parser, and a dataclass whose fields become flags
 def add_dataclass_flags(
-    parser: argparse.ArgumentParser,
+    parser: argparse.ArgumentParser,  # the parser, and a dataclass whose fields become flags
     cls,
     skip: tuple = (),  # fields that get no flag
     rename: dict | None = None,  # {field: flag name} where they differ
