@@ -192,25 +192,12 @@ def _pad_right(x: torch.Tensor, T: int, value) -> torch.Tensor:
 def _wave(model, tokenizer, items: list, counts: list, cfg, reward_fn, generator) -> tuple:
     """Sample `counts[i]` rollouts of item i: prompt indices (B,), responses (B, T), mask (B, T),
     rewards (B,)."""
-    from hara_ref.train.policy import encode_prompts, sample, pad_id
+    from hara_ref.train.rl import sample_prompts
     from hara_ref.train.sft import rewards_of
 
     idx = [i for i, c in enumerate(counts) for _ in range(int(c))]
-    # (B, P)
-    pi, pm = encode_prompts(
-        tokenizer, [items[i]['prompt'] for i in idx], cfg.max_prompt_len, model.device
-    )
-    # (B, T)
-    ri, rm = sample(
-        model,
-        pi,
-        pm,
-        cfg.max_new_tokens,
-        tokenizer.eos_token_id,
-        pad_id(tokenizer),
-        cfg.temperature,
-        generator,
-    )
+    prompts = [items[i]['prompt'] for i in idx]
+    ri, rm = sample_prompts(model, tokenizer, prompts, cfg, generator)[2:]  # (B, T)
     r = rewards_of(tokenizer, ri, rm, [items[i]['answer'] for i in idx], reward_fn)[0]  # (B,)
     return torch.tensor(idx, dtype=torch.long), ri, rm, r
 
@@ -224,7 +211,6 @@ def hora_rollouts(model, tokenizer, items: list, cfg, reward_fn, generator) -> t
     n0 = cfg.first_wave or max(2, G // 2)
     if not 2 <= n0 <= G:
         raise ValueError(f"first_wave must be in [2, group_size={G}], got {n0}")
-    model.eval()
     # (N n0,), (N n0, T1)
     i1, r1, m1, c1 = _wave(model, tokenizer, items, [n0] * N, cfg, reward_fn, generator)
     s = torch.zeros(N).index_add_(0, i1, c1.float().cpu())  # (N,) first-wave successes

@@ -243,25 +243,13 @@ def hp_rlvr_step(
 ) -> dict:
     """One HP-RLVR step: one rollout per prompt, hindsight weights (Eq. 1), historical-baseline
     credit (Eq. 2), PPO-clip update."""
-    from hara_ref.train.policy import encode_prompts, sample, pad_id, policy_forward
+    from hara_ref.train.policy import policy_forward
     from hara_ref.train.sft import rewards_of
-    from hara_ref.train.rl import ppo_update
+    from hara_ref.train.rl import ppo_update, sample_prompts
 
     t, t0, dev = {}, time.perf_counter(), model.device
     prompts = [it['prompt'] for it in items]
-    pi, pm = encode_prompts(tokenizer, prompts, cfg.max_prompt_len, dev)  # (B, P)
-    model.eval()
-    # (B, T)
-    ri, rm = sample(
-        model,
-        pi,
-        pm,
-        cfg.max_new_tokens,
-        tokenizer.eos_token_id,
-        pad_id(tokenizer),
-        cfg.temperature,
-        generator,
-    )
+    pi, pm, ri, rm = sample_prompts(model, tokenizer, prompts, cfg, generator)  # (B, P), (B, T)
     t['gen'] = time.perf_counter() - t0
     t0 = time.perf_counter()
     # (B,)

@@ -26,7 +26,7 @@ from .sft import builtin_items, rewards_of
 
 # %% auto #0
 __all__ = ['BASE_METHODS', 'ALLOCATIONS', 'LOSS_AGG', 'HOOK_HOME', 'rl_step_reference', 'TrainConfig', 'train_config_errors',
-           'credit_advantages', 'need_hook', 'needed_hooks', 'rl_step', 'ppo_update']
+           'credit_advantages', 'need_hook', 'needed_hooks', 'sample_prompts', 'rl_step', 'ppo_update']
 
 # %% ../../nbs/4_train/17_rl.ipynb #rlone002
 def rl_step_reference(
@@ -245,6 +245,27 @@ def needed_hooks(cfg: TrainConfig) -> tuple:
         ('rollouts',) if cfg.allocation == 'hora' else ()
     )
 
+# %% ../../nbs/4_train/17_rl.ipynb #rlsamp02
+def sample_prompts(
+    model, tokenizer, prompts: list, cfg: TrainConfig, generator: torch.Generator
+) -> tuple:  # prompt ids, mask (B, P); response ids, mask (B, T)
+    """One completion of each of the B `prompts` (strings), sampled in eval mode with `cfg`'s
+    `max_prompt_len`, `max_new_tokens` and `temperature`: `(pi, pm, ri, rm)`."""
+    pi, pm = encode_prompts(tokenizer, prompts, cfg.max_prompt_len, model.device)  # (B, P)
+    model.eval()
+    # (B, T)
+    ri, rm = sample(
+        model,
+        pi,
+        pm,
+        cfg.max_new_tokens,
+        tokenizer.eos_token_id,
+        pad_id(tokenizer),
+        cfg.temperature,
+        generator,
+    )
+    return pi, pm, ri, rm
+
 # %% ../../nbs/4_train/17_rl.ipynb #97c904a5
 def rl_step(
     model,
@@ -276,22 +297,8 @@ def rl_step(
     else:
         answers = [it['answer'] for it in items for _ in range(G)]
         group_ids = torch.arange(len(items), device=dev).repeat_interleave(G)  # (B,)
-        # (B, P)
-        pi, pm = encode_prompts(
-            tokenizer, [it['prompt'] for it in items for _ in range(G)], cfg.max_prompt_len, dev
-        )
-        model.eval()
-        # (B, T)
-        ri, rm = sample(
-            model,
-            pi,
-            pm,
-            cfg.max_new_tokens,
-            tokenizer.eos_token_id,
-            pad_id(tokenizer),
-            cfg.temperature,
-            generator,
-        )
+        prompts = [it['prompt'] for it in items for _ in range(G)]
+        pi, pm, ri, rm = sample_prompts(model, tokenizer, prompts, cfg, generator)  # (B, P), (B, T)
     t['gen'] = time.perf_counter() - t0
     t0 = time.perf_counter()
     correct = rewards_of(tokenizer, ri, rm, answers, reward_fn)[0].to(dev)  # (B,)
