@@ -119,8 +119,13 @@ def hindsight_context(prompt: str, response: str, reward: float) -> str:
     return f"{prompt}{response}\nverifier: {'correct' if reward > 0.5 else 'wrong'}\n{prompt}"
 
 # %% ../../nbs/6_appendix/31_hp_rlvr.ipynb #572cb667
-# (B, T, V) float32 or wider
-def response_logits(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torch.Tensor:
+def response_logits(
+    model,
+    prompt_ids,
+    prompt_mask,  # (B, P) prompts, left-padded
+    resp_ids,
+    resp_mask,  # (B, T) responses, right-padded
+) -> torch.Tensor:  # (B, T, V) float32 or wider
     """Logits that predict each response token, after left-padded prompts (B, P) and right-padded
     responses (B, T)."""
     # (B, P+T)
@@ -158,8 +163,13 @@ def two_readings(
     return causal, response_logits(model, hi, hm, resp_ids, resp_mask)  # (B, T, V) each
 
 # %% ../../nbs/6_appendix/31_hp_rlvr.ipynb #367abe39
-# (B, T, d)
-def response_hidden(model, prompt_ids, prompt_mask, resp_ids, resp_mask) -> torch.Tensor:
+def response_hidden(
+    model,
+    prompt_ids,
+    prompt_mask,  # (B, P) prompts, left-padded
+    resp_ids,
+    resp_mask,  # (B, T) responses, right-padded
+) -> torch.Tensor:  # (B, T, d)
     """Last-layer hidden states that predict each response token (what chapter 15_policy's chunked
     scorer reads)."""
     # (B, P+T)
