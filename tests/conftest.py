@@ -20,3 +20,40 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if 'float32' in item.name:
             item.add_marker(pytest.mark.float32)
+
+
+# the flags of a tiny `hara-ref train` / `hara-ref compare` run, in this order ('G' is -G; None: the
+# flag is left out, the command's default holds)
+TINY_RUN = dict(
+    sft_steps=5,  # a tiny policy warm-started on the built-in task ...
+    hidden_size=32,
+    max_value=9,
+    steps=2,  # ... trained for a few short steps ...
+    seeds=1,
+    G=None,  # -G: each file sets its own, or leaves the command's default
+    prompts_per_step=3,
+    max_new_tokens=8,
+    eval_every=1,  # ... evaluated after each on 2 prompts x 2 samples ...
+    eval_prompts=2,
+    eval_samples=2,
+    workers=1,  # ... in one worker on one thread
+    threads=1,
+)
+
+
+@pytest.fixture
+def tiny_flags():
+    """`tiny_flags(**changes)`: the command-line flags of `TINY_RUN` with `changes` (a value of None
+    leaves that flag out)."""
+
+    def flags(**changes) -> list:
+        unknown = set(changes) - set(TINY_RUN)
+        if unknown:
+            raise TypeError(f"not a tiny-run flag: {sorted(unknown)}")
+        out = []
+        for k, v in (TINY_RUN | changes).items():
+            if v is not None:
+                out += ['-G' if k == 'G' else '--' + k.replace('_', '-'), str(v)]
+        return out
+
+    return flags

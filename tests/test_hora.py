@@ -247,37 +247,13 @@ def test_cli_flags_checked():
     ) == {64}
 
 
-TINY = [
-    '--sft-steps',
-    '5',
-    '--hidden-size',
-    '32',
-    '--max-value',
-    '9',
-    '--steps',
-    '2',
-    '--seeds',
-    '1',
-    '-G',
-    '4',
-    '--prompts-per-step',
-    '3',
-    '--max-new-tokens',
-    '8',
-    '--eval-every',
-    '1',
-    '--eval-prompts',
-    '2',
-    '--eval-samples',
-    '2',
-    '--workers',
-    '1',
-    '--threads',
-    '1',
-]
+@pytest.fixture
+def tiny(tiny_flags):
+    "Tiny runs of this chapter: groups of G = 4 (HORA reallocates them)."
+    return tiny_flags(G=4)
 
 
-def test_train_cli_hora_rloo(tmp_path):
+def test_train_cli_hora_rloo(tmp_path, tiny):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         assert (
@@ -292,7 +268,7 @@ def test_train_cli_hora_rloo(tmp_path):
                     '--reweight',
                     'none',
                 ]
-                + TINY
+                + tiny
             )
             == 0
         )
@@ -314,11 +290,11 @@ def test_train_cli_hora_rloo(tmp_path):
     )
 
 
-def test_compare_hora_cli(tmp_path, capsys):
+def test_compare_hora_cli(tmp_path, capsys, tiny):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         # the last --steps wins
-        assert compare_hora_cli(['--out', str(tmp_path)] + TINY + ['--steps', '1']) == 0
+        assert compare_hora_cli(['--out', str(tmp_path)] + tiny + ['--steps', '1']) == 0
     table = (tmp_path / 'compare.md').read_text()
     for v in ('grpo-uniform', 'grpo-hora', 'rloo-uniform', 'rloo-hora', 'start (SFT)'):
         assert f"| {v} |" in table
@@ -335,10 +311,10 @@ def test_compare_hora_cli(tmp_path, capsys):
     assert compare_hora_cli(['--out', str(tmp_path), '--seeds', 'x']) == 2
 
 
-def test_compare_resume_reads_the_start_back_and_a_fresh_run_is_refused(tmp_path, capsys):
+def test_compare_resume_reads_the_start_back_and_a_fresh_run_is_refused(tmp_path, capsys, tiny):
     """A resumed comparison reports the saved start evaluation (it does not evaluate the start
     again); a fresh one into a folder with results is refused before any work (exit 2)."""
-    argv = ['--out', str(tmp_path)] + TINY + ['--steps', '1']
+    argv = ['--out', str(tmp_path)] + tiny + ['--steps', '1']
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         assert compare_hora_cli(argv) == 0

@@ -274,43 +274,23 @@ def test_cli_flags():
     )
 
 
-TINY = [
-    '--sft-steps',
-    '5',
-    '--hidden-size',
-    '32',
-    '--max-value',
-    '9',
-    '--seeds',
-    '1',
-    '--prompts-per-step',
-    '3',
-    '--max-new-tokens',
-    '8',
-    '--eval-every',
-    '1',
-    '--eval-prompts',
-    '2',
-    '--eval-samples',
-    '2',
-    '--workers',
-    '1',
-    '--threads',
-    '1',
-]
+@pytest.fixture
+def tiny(tiny_flags):
+    "Tiny runs of this chapter, without --steps: each test gives its own."
+    return tiny_flags(steps=None)
 
 
-def test_train_cli_hp_rlvr_and_resume(tmp_path):
+def test_train_cli_hp_rlvr_and_resume(tmp_path, tiny):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         assert (
-            train_cli(['--out', str(tmp_path), '--method', 'hp-rlvr', '--steps', '2'] + TINY) == 0
+            train_cli(['--out', str(tmp_path), '--method', 'hp-rlvr', '--steps', '2'] + tiny) == 0
         )
         run = tmp_path / 'runs' / 'hp-rlvr-s0'
         # the reward history is in the checkpoint
         assert load_trainer_state(run)['memory']['hp_history']['count'] == 2 * 3
         more = ['--steps', '3', '--resume', '--allow-config-change']  # one step more than planned
-        assert train_cli(['--out', str(tmp_path), '--method', 'hp-rlvr'] + more + TINY) == 0
+        assert train_cli(['--out', str(tmp_path), '--method', 'hp-rlvr'] + more + tiny) == 0
     # resumed with its history, one more step
     assert load_trainer_state(run)['memory']['hp_history']['count'] == 3 * 3
     rows = [r for r in read_jsonl(run / 'metrics.jsonl') if r['kind'] == 'train']
@@ -319,10 +299,10 @@ def test_train_cli_hp_rlvr_and_resume(tmp_path):
         assert 0 <= r['w_min'] <= r['w_mean'] <= r['w_max'] <= 1 and r['n_updates'] == 4
 
 
-def test_compare_hp_cli(tmp_path):
+def test_compare_hp_cli(tmp_path, tiny):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        assert compare_hp_cli(['--out', str(tmp_path), '--steps', '1', '-G', '2'] + TINY) == 0
+        assert compare_hp_cli(['--out', str(tmp_path), '--steps', '1', '-G', '2'] + tiny) == 0
     table = (tmp_path / 'compare.md').read_text()
     for v, n in (('grpo-G2', 6), ('hp-rlvr-P3', 3), ('hp-rlvr-P6', 6)):
         assert f"| {v} | {n} |" in table

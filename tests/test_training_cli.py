@@ -14,28 +14,19 @@ from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy, load_
 from hara_ref.train.policy import read_jsonl
 from hara_ref.practice.cli import train_cli
 
-TINY = [
-    '--steps',
-    '2',
-    '--seeds',
-    '1',
-    '-G',
-    '2',
-    '--prompts-per-step',
-    '2',
-    '--max-new-tokens',
-    '6',
-    '--eval-every',
-    '1',
-    '--eval-prompts',
-    '2',
-    '--eval-samples',
-    '2',
-    '--workers',
-    '1',
-    '--threads',
-    '1',
-]
+
+@pytest.fixture
+def tiny(tiny_flags):
+    """Tiny runs of a given checkpoint (no SFT start, so no policy or task flags), G = 2, 2 prompts
+    per step, 6 new tokens."""
+    return tiny_flags(
+        sft_steps=None,
+        hidden_size=None,
+        max_value=None,
+        G=2,
+        prompts_per_step=2,
+        max_new_tokens=6,
+    )
 
 
 @pytest.fixture()
@@ -79,7 +70,7 @@ def _check_run_folder(out, names):
         assert (out / 'runs' / n / 'final' / 'config.json').exists()
 
 
-def test_local_checkpoint_and_math_data(ckpt_and_data, tmp_path, capsys):
+def test_local_checkpoint_and_math_data(ckpt_and_data, tmp_path, capsys, tiny):
     ckpt, data = ckpt_and_data
     out = tmp_path / 'run'
     with warnings.catch_warnings():
@@ -95,7 +86,7 @@ def test_local_checkpoint_and_math_data(ckpt_and_data, tmp_path, capsys):
                 '--reweight',
                 'none,hara-tok',
             ]
-            + TINY
+            + tiny
         )
     assert rc == 0
     _check_run_folder(out, ['grpo-s0', 'grpo+hara-tok-s0'])
@@ -103,7 +94,7 @@ def test_local_checkpoint_and_math_data(ckpt_and_data, tmp_path, capsys):
     assert not (out / 'sft').exists()  # a given model is not warm-started
 
 
-def test_dapo_bf16_entropy_baseline(ckpt_and_data, tmp_path):
+def test_dapo_bf16_entropy_baseline(ckpt_and_data, tmp_path, tiny):
     ckpt, data = ckpt_and_data
     out = tmp_path / 'run'
     with warnings.catch_warnings():
@@ -124,7 +115,7 @@ def test_dapo_bf16_entropy_baseline(ckpt_and_data, tmp_path):
                 'entropy',
                 '--gradient-checkpointing',
             ]
-            + TINY
+            + tiny
         )
     assert rc == 0
     _check_run_folder(out, ['dapo+entropy-s0'])
@@ -134,40 +125,13 @@ def test_dapo_bf16_entropy_baseline(ckpt_and_data, tmp_path):
     )
 
 
-def test_builtin_default_path_two_workers(tmp_path):
+def test_builtin_default_path_two_workers(tmp_path, tiny_flags):
     """The no-argument path in miniature: SFT once, then GRPO and HARA-tok over 2 seeds in 2 worker
     processes, then resume."""
     out = tmp_path / 'run'
-    argv = [
-        '--out',
-        str(out),
-        '--sft-steps',
-        '3',
-        '--hidden-size',
-        '32',
-        '--max-value',
-        '9',
-        '--steps',
-        '2',
-        '--seeds',
-        '2',
-        '-G',
-        '2',
-        '--prompts-per-step',
-        '2',
-        '--max-new-tokens',
-        '8',
-        '--eval-every',
-        '1',
-        '--eval-prompts',
-        '2',
-        '--eval-samples',
-        '2',
-        '--workers',
-        '2',
-        '--threads',
-        '1',
-    ]
+    # the built-in policy and task, 2 seeds in 2 workers
+    flags = tiny_flags(sft_steps=3, seeds=2, G=2, prompts_per_step=2, workers=2)
+    argv = ['--out', str(out)] + flags
     assert train_cli(argv) == 0
     names = ['grpo-s0', 'grpo-s1', 'grpo+hara-tok-s0', 'grpo+hara-tok-s1']
     _check_run_folder(out, names)
@@ -187,11 +151,11 @@ def test_builtin_default_path_two_workers(tmp_path):
     ],
 )
 def test_duplicate_seeds_or_variants_refused_before_any_work(
-    ckpt_and_data, tmp_path, capsys, flags, msg
+    ckpt_and_data, tmp_path, capsys, flags, msg, tiny
 ):
     ckpt, data = ckpt_and_data
     out = tmp_path / 'run'
-    argv = ['--model', str(ckpt), '--data', str(data), '--out', str(out)] + TINY + flags
+    argv = ['--model', str(ckpt), '--data', str(data), '--out', str(out)] + tiny + flags
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         rc = train_cli(argv + ['--workers', '2'])
@@ -200,12 +164,12 @@ def test_duplicate_seeds_or_variants_refused_before_any_work(
 
 
 @pytest.fixture()
-def finished(ckpt_and_data, tmp_path):
+def finished(ckpt_and_data, tmp_path, tiny):
     "A finished one-run experiment (a local checkpoint, MATH-style data) and its flags."
     ckpt, data = ckpt_and_data
     out = tmp_path / 'run'
     argv = ['--model', str(ckpt), '--data', str(data), '--out', str(out), '--reweight', 'none']
-    argv += TINY
+    argv += tiny
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         assert train_cli(argv) == 0
