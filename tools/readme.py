@@ -2,14 +2,35 @@
 
 Markdown cells are copied as they are, except that links to notebooks beside it
 (`](hara_math.ipynb#...)`) are made relative to the repository root; code cells become ```python
-blocks, except cells starting with `#| hide`.
+blocks, except cells starting with `#| hide`, and cells with `#| echo: false`, which are run (in
+nbs/, as the notebook runs) and give the markdown their last expression displays, such as a table
+read from a committed results file.
 """
 
+import ast
+import contextlib
 import json
 import re
 from pathlib import Path
 
 root = Path(__file__).resolve().parent.parent
+
+
+def shown(src: str) -> str:
+    "The markdown an `#| echo: false` cell displays: the value of its last expression, run in nbs/."
+    tree = ast.parse(src)
+    last = tree.body.pop()
+    if not isinstance(last, ast.Expr):
+        raise ValueError(
+            f"an `#| echo: false` cell of index.ipynb must end in an expression:\n{src}"
+        )
+    ns = {}
+    with contextlib.chdir(root / 'nbs'):
+        exec(compile(tree, 'index.ipynb', 'exec'), ns)
+        out = eval(compile(ast.Expression(last.value), 'index.ipynb', 'eval'), ns)
+    return str(getattr(out, 'data', out)).strip()  # an IPython `Markdown` keeps its text in .data
+
+
 nb = json.loads((root / 'nbs' / 'index.ipynb').read_text())
 parts = [
     '<!-- generated from nbs/index.ipynb by tools/readme.py: edit the notebook, not this file -->'
@@ -20,6 +41,8 @@ for c in nb['cells']:
         continue
     if c['cell_type'] == 'markdown':
         parts.append(re.sub(r'\]\(([\w/]+\.ipynb)', r'](nbs/\1', src))
+    elif re.search(r'(?m)^#\|\s*echo:\s*false\s*$', src):
+        parts.append(re.sub(r'\]\(([\w/]+\.ipynb)', r'](nbs/\1', shown(src)))
     else:
         parts.append(f'```python\n{src}\n```')
 (root / 'README.md').write_text('\n\n'.join(parts) + '\n')

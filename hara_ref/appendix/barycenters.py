@@ -61,7 +61,7 @@ def feature_scales(
 def group_weights(
     group: torch.Tensor,  # (N,) long group id of each rollout (-1 = not in any group)
     present: torch.Tensor,  # (N,) bool, rollout has a real token
-    n_groups: int,  # number of groups G
+    n_groups: int,  # number of groups Y
     # (N,) non-negative rollout weights, or None (uniform)
     weights: torch.Tensor | None = None,
     dtype=torch.float64,  # dtype of the result
@@ -72,7 +72,7 @@ def group_weights(
     w = inn.to(dtype) if weights is None else torch.as_tensor(weights).to(dtype) * inn  # (N,)
     if not torch.isfinite(w).all() or (w < 0).any():
         raise ValueError("weights must be finite and non-negative")
-    # (G,)
+    # (Y,)
     tot = torch.zeros(n_groups, dtype=dtype, device=w.device).index_add_(0, group.clamp(min=0), w)
     return w / tot[group.clamp(min=0)].clamp_min(torch.finfo(dtype).tiny)  # (N,)
 
@@ -84,7 +84,7 @@ def rollout_costs(
     # (N, T, L_b) position part α·2(τ - τ̄)² of the cost, or None (α = 0)
     pos: torch.Tensor | None,
     mask: torch.Tensor,  # (N, T) bool, True on real tokens
-    Z: torch.Tensor,  # (G, L_b, d) barycenter supports of each group
+    Z: torch.Tensor,  # (Y, L_b, d) barycenter supports of each group
     gid: torch.Tensor,  # (N,) group of each rollout (clamped to >= 0)
     rows: torch.Tensor,  # (A,) sorted rollouts to compute
     ends: torch.Tensor,  # (N,) one past each rollout's last real token
@@ -114,38 +114,38 @@ def rollout_costs(
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #b2179cdf
 def _feature_step(plans, h, s, lam, gid, rows, ends, n_groups):
     """Feature step for the groups of `rows`: $Z_g = \\operatorname{diag}(1/b_g)\\sum_{i\\in
-    g}\\lambda_i (s_i\\odot T_i)^\\top H_i$, one product per rollout; (G, L_b, d), 0 for other
+    g}\\lambda_i (s_i\\odot T_i)^\\top H_i$, one product per rollout; (Y, L_b, d), 0 for other
     groups."""
     P = plans * (lam[rows].unsqueeze(-1) * s[rows]).unsqueeze(-1)  # (A, T, L_b) lam_i s_t T_i[t, j]
-    TH = h.new_zeros(n_groups, plans.shape[-1], h.shape[-1])  # (G, L_b, d)
+    TH = h.new_zeros(n_groups, plans.shape[-1], h.shape[-1])  # (Y, L_b, d)
     for k, (i, g, e) in enumerate(zip(rows.tolist(), gid[rows].tolist(), ends[rows].tolist())):
         TH[g].addmm_(P[k, :e].T, h[i, :e])  # (L_b, d)
-    # (G, L_b)
+    # (Y, L_b)
     mass = h.new_zeros(n_groups, plans.shape[-1]).index_add_(
         0, gid[rows], lam[rows].unsqueeze(-1) * plans.sum(-2)
     )
-    return TH / mass.clamp_min(torch.finfo(h.dtype).tiny).unsqueeze(-1)  # (G, L_b, d)
+    return TH / mass.clamp_min(torch.finfo(h.dtype).tiny).unsqueeze(-1)  # (Y, L_b, d)
 
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #2e5791ef
 def anderson_step(
-    X: torch.Tensor,  # (G, m+1, n) last iterates x of each group, newest last
-    F: torch.Tensor,  # (G, m+1, n) their residuals f = F(x) - x
-    count: torch.Tensor,  # (G,) long, how many of the newest entries are valid (>= 1)
-) -> torch.Tensor:  # (G, n) $x_k + f_k - \sum_i\gamma_i(\Delta x_i + \Delta f_i)$
+    X: torch.Tensor,  # (Y, m+1, n) last iterates x of each group, newest last
+    F: torch.Tensor,  # (Y, m+1, n) their residuals f = F(x) - x
+    count: torch.Tensor,  # (Y,) long, how many of the newest entries are valid (>= 1)
+) -> torch.Tensor:  # (Y, n) $x_k + f_k - \sum_i\gamma_i(\Delta x_i + \Delta f_i)$
     "Anderson (type II) extrapolation of each group's fixed-point iteration from its valid history."
-    dX, dF = X[:, 1:] - X[:, :-1], F[:, 1:] - F[:, :-1]  # (G, m, n)
-    # (G, m) both ends valid
+    dX, dF = X[:, 1:] - X[:, :-1], F[:, 1:] - F[:, :-1]  # (Y, m, n)
+    # (Y, m) both ends valid
     ok = torch.arange(X.shape[1] - 1, device=X.device) >= X.shape[1] - count.clamp(min=1)[:, None]
-    dX, dF = dX * ok.unsqueeze(-1), dF * ok.unsqueeze(-1)  # (G, m, n)
-    A = dF @ dF.transpose(-1, -2)  # (G, m, m) normal equations of the least-squares problem
-    # (G, 1)
+    dX, dF = dX * ok.unsqueeze(-1), dF * ok.unsqueeze(-1)  # (Y, m, n)
+    A = dF @ dF.transpose(-1, -2)  # (Y, m, m) normal equations of the least-squares problem
+    # (Y, 1)
     ridge = 1e-10 * A.diagonal(dim1=-2, dim2=-1).amax(-1, keepdim=True).clamp_min(
         torch.finfo(A.dtype).tiny
     )
     # invalid entries: gamma = 0
     A = A + torch.diag_embed(torch.where(ok, ridge, torch.ones_like(ridge)))
-    gamma = torch.linalg.solve(A, dF @ F[:, -1].unsqueeze(-1))  # (G, m, 1)
-    return X[:, -1] + F[:, -1] - ((dX + dF) * gamma).sum(1)  # (G, n)
+    gamma = torch.linalg.solve(A, dF @ F[:, -1].unsqueeze(-1))  # (Y, m, 1)
+    return X[:, -1] + F[:, -1] - ((dX + dF) * gamma).sum(1)  # (Y, n)
 
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #7ddfcfba
 def anderson_history(G: int, m: int, n: int, like: torch.Tensor) -> dict:
@@ -161,27 +161,27 @@ def anderson_history(G: int, m: int, n: int, like: torch.Tensor) -> dict:
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #0344eb6d
 def anderson_next(
     hist: dict,  # from `anderson_history`, updated in place
-    g: torch.Tensor,  # (G_live,) live groups
-    Z: torch.Tensor,  # (G_live, L_b, d) current iterates
-    FZ: torch.Tensor,  # (G_live, L_b, d) their images F(Z)
-    change: torch.Tensor,  # (G_live,) residuals max|F(Z) - Z|
-    # (G_live,) bool, groups that stop now (they take the plain step)
+    g: torch.Tensor,  # (Y_live,) live groups
+    Z: torch.Tensor,  # (Y_live, L_b, d) current iterates
+    FZ: torch.Tensor,  # (Y_live, L_b, d) their images F(Z)
+    change: torch.Tensor,  # (Y_live,) residuals max|F(Z) - Z|
+    # (Y_live,) bool, groups that stop now (they take the plain step)
     done: torch.Tensor,
     start: float = 1e-2,  # restart while the residual is above this
-) -> torch.Tensor:  # (G_live, L_b, d) next iterates
+) -> torch.Tensor:  # (Y_live, L_b, d) next iterates
     """Safeguarded Anderson step of the live groups: restart on growth or while large; plain step
     without history."""
-    # (G_live,)
+    # (Y_live,)
     cnt = torch.where(
         (change > hist['prev'][g]) | (change > start),
         torch.zeros_like(hist['count'][g]),
         hist['count'][g],
     )
     hist['prev'][g] = change
-    hist['X'][g] = torch.cat([hist['X'][g, 1:], Z.flatten(1).unsqueeze(1)], 1)  # (G_live, m+1, n)
+    hist['X'][g] = torch.cat([hist['X'][g, 1:], Z.flatten(1).unsqueeze(1)], 1)  # (Y_live, m+1, n)
     hist['F'][g] = torch.cat([hist['F'][g, 1:], (FZ - Z).flatten(1).unsqueeze(1)], 1)
     hist['count'][g] = cnt = (cnt + 1).clamp(max=hist['X'].shape[1])
-    use = (cnt >= 2) & ~done  # (G_live,)
+    use = (cnt >= 2) & ~done  # (Y_live,)
     if not use.any():
         return FZ
     return torch.where(
@@ -190,15 +190,15 @@ def anderson_next(
 
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #8b635c99
 def fixed_point_error(
-    change: torch.Tensor,  # (G,) residual $r_k = \max|F(Z_k)-Z_k|$ of each group
-    # (G, 3) its residuals of the three iterations before ($\infty$ = none yet)
+    change: torch.Tensor,  # (Y,) residual $r_k = \max|F(Z_k)-Z_k|$ of each group
+    # (Y, 3) its residuals of the three iterations before ($\infty$ = none yet)
     past: torch.Tensor,
-) -> torch.Tensor:  # (G,) $r_k\max(1, \hat\zeta/(1-\hat\zeta))$, $\infty$ while residuals grow
+) -> torch.Tensor:  # (Y,) $r_k\max(1, \hat\zeta/(1-\hat\zeta))$, $\infty$ while residuals grow
     """Estimated distance to the fixed point of a linearly converging iteration, from the
     contraction of the last residuals."""
-    # (G,) mean contraction per iteration over the last three
+    # (Y,) mean contraction per iteration over the last three
     rho = (change / past[:, 0]) ** (1 / 3)
-    # (G,)
+    # (Y,)
     return torch.where(
         rho < 1, change * (rho / (1 - rho)).clamp(min=1), torch.full_like(change, math.inf)
     )
@@ -208,9 +208,9 @@ def group_barycenters(
     h: torch.Tensor,  # (N, T, d) hidden states of the rollouts, in any order (never copied)
     # (N, T) bool, True on real tokens; an all-False row is an absent rollout
     mask: torch.Tensor,
-    # (N,) long group of each rollout in [0, G), or -1 (not in any group)
+    # (N,) long group of each rollout in [0, Y), or -1 (not in any group)
     group: torch.Tensor,
-    n_groups: int | None = None,  # G (default: group.max() + 1)
+    n_groups: int | None = None,  # Y (default: group.max() + 1)
     # (N,) rollout weights (default uniform over each group's present rollouts)
     weights: torch.Tensor | None = None,
     alpha: float = 0.25,  # FGW trade-off (weight of the structure term)
@@ -241,7 +241,7 @@ def group_barycenters(
     # entropic plans by 'newton' (chapter 27_newton's `semidual_newton`) or 'sinkhorn' (chapter
     # 26_sinkhorn_batched's `sinkhorn_log`)
     solver: str = 'newton',
-    # Z (G, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
+    # Z (Y, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
 ) -> tuple:
     """Linearized FGW barycenter of every group of rollouts, all groups at once: per-rollout
     products, one batched OT solve, per-group stopping."""
@@ -268,14 +268,14 @@ def group_barycenters(
     inner_rtol = (1e-3 if newton else 0.03) if inner_rtol is None else inner_rtol
     inner_iter = (50 if newton else 200) if inner_iter is None else inner_iter
     group = group.long()
-    G = int(group.max()) + 1 if n_groups is None and group.numel() else int(n_groups or 0)
-    if group.numel() and int(group.max()) >= G:
-        raise ValueError(f"group ids must be < n_groups = {G}, got {int(group.max())}")
+    Y = int(group.max()) + 1 if n_groups is None and group.numel() else int(n_groups or 0)
+    if group.numel() and int(group.max()) >= Y:
+        raise ValueError(f"group ids must be < n_groups = {Y}, got {int(group.max())}")
     with torch.no_grad():
         h, s, hh = feature_scales(h, mask, normalize)  # (N, T, d), (N, T), (N, T)
         N, T, d = h.shape
         present, gid = mask.any(-1) & (group >= 0), group.clamp(min=0)  # (N,), (N,)
-        lam = group_weights(group, present, G, weights, h.dtype)  # (N,)
+        lam = group_weights(group, present, Y, weights, h.dtype)  # (N,)
         # (L_b,)
         tau_bar, tol = (
             chain_tau_bar(L_b, h.dtype, h.device),
@@ -297,25 +297,25 @@ def group_barycenters(
         # (N,) one past the last real token
         ends = torch.where(mask, torch.arange(1, T + 1, device=h.device), 0).amax(-1)
         rows = present.nonzero().flatten()  # (R,) rollouts that take part
-        # (G,) groups still iterating
-        live = torch.zeros(G, dtype=torch.bool, device=h.device)
+        # (Y,) groups still iterating
+        live = torch.zeros(Y, dtype=torch.bool, device=h.device)
         live[gid[rows]] = True
-        # (G, L_b, d) start; 0 for empty groups
-        Z = _feature_step(monotone_plan(a[rows], b), h, s, lam, gid, rows, ends, G)
+        # (Y, L_b, d) start; 0 for empty groups
+        Z = _feature_step(monotone_plan(a[rows], b), h, s, lam, gid, rows, ends, Y)
         # last plans of every rollout and their token costs
         plans, tok = h.new_zeros(N, T, L_b), h.new_zeros(N, T)
         # warm starts, marginal errors
         log_u, log_v, merr = h.new_zeros(N, T), h.new_zeros(N, L_b), h.new_zeros(N)
         last, n_it, n_sk, errs = (
-            h.new_ones(G),
-            torch.zeros(G, dtype=torch.long),
-            torch.zeros(G, dtype=torch.long),
+            h.new_ones(Y),
+            torch.zeros(Y, dtype=torch.long),
+            torch.zeros(Y, dtype=torch.long),
             [],
         )
         # each group's last three residuals, estimated error
-        past, dist = h.new_full((G, 3), math.inf), h.new_full((G,), math.inf)
+        past, dist = h.new_full((Y, 3), math.inf), h.new_full((Y,), math.inf)
         node = h.new_zeros(N, L_b)  # (N, L_b) cost each rollout pays at each node
-        hist = anderson_history(G, anderson, L_b * d, h) if anderson else None
+        hist = anderson_history(Y, anderson, L_b * d, h) if anderson else None
         for it in range(max_iter):
             r = rows[live[gid[rows]]]  # (A,) rollouts of the groups still iterating
             if r.numel() == 0:
@@ -360,15 +360,15 @@ def group_barycenters(
             else:
                 plans[r], tok[r], node[r] = P, PM.sum(-1), PM.sum(-2)
             log_u[r], log_v[r], merr[r] = lg['log_u'], lg['log_v'], lg['err']
-            # (G,) a group waits for its slowest rollout
+            # (Y,) a group waits for its slowest rollout
             n_sk += torch.zeros_like(n_sk).scatter_reduce_(
                 0, gid[r].cpu(), lg['n_iter_item'].cpu(), 'amax'
             )
-            # (G, L_b, d), (G_live,)
-            Z_new, g = _feature_step(P, h, s, lam, gid, r, ends, G), live.nonzero().flatten()
-            # (G_live,) residual |F(Z) - Z| of the fixed point
+            # (Y, L_b, d), (Y_live,)
+            Z_new, g = _feature_step(P, h, s, lam, gid, r, ends, Y), live.nonzero().flatten()
+            # (Y_live,) residual |F(Z) - Z| of the fixed point
             change = (Z_new[g] - Z[g]).abs().amax((-2, -1))
-            # (G_live,)
+            # (Y_live,)
             dist[g], past[g] = (
                 fixed_point_error(change, past[g]),
                 torch.cat([past[g, 1:], change[:, None]], 1),
@@ -409,15 +409,15 @@ def group_barycenters(
                 )
             PM = P * M  # (R, T, L_b)
             plans[rows], tok[rows], node[rows], merr[rows] = P, PM.sum(-1), PM.sum(-2), lg['err']
-        # (G,) empty groups count as converged
+        # (Y,) empty groups count as converged
         conv = (
             (dist < tol)
             | (last < noise)
-            | ~torch.zeros(G, dtype=torch.bool, device=h.device).index_fill_(0, gid[rows], True)
+            | ~torch.zeros(Y, dtype=torch.bool, device=h.device).index_fill_(0, gid[rows], True)
         )
     if warn and not conv.all():
         warnings.warn(
-            f"linearized barycenter (group_barycenters): {int((~conv).sum())} of {G} groups not "
+            f"linearized barycenter (group_barycenters): {int((~conv).sum())} of {Y} groups not "
             f"converged in {max_iter} iterations "
             f"(largest estimated distance to the fixed point {float(dist[~conv].max()):.2e} >= "
             f"tol {tol:.1e})",
@@ -429,9 +429,9 @@ def group_barycenters(
         token_cost=tok,
         node_cost=node,
         tau_bar=tau_bar,
-        n_iter=int(n_it.max()) if G else 0,
+        n_iter=int(n_it.max()) if Y else 0,
         n_iter_group=n_it,
-        sinkhorn_iters=int(n_sk.max()) if G else 0,
+        sinkhorn_iters=int(n_sk.max()) if Y else 0,
         err=errs,
         converged=bool(conv.all()),
         converged_group=conv.cpu(),

@@ -41,8 +41,8 @@ def _group_solve(h, mask, rows, L_b, alpha, normalize, max_iter, tol):
 def exact_group_barycenters(
     h: torch.Tensor,  # (N, T, d) hidden states of the rollouts, in any order
     mask: torch.Tensor,  # (N, T) bool, True on real tokens; an all-False row is an absent rollout
-    group: torch.Tensor,  # (N,) long group of each rollout in [0, G), or -1 (not in any group)
-    n_groups: int | None = None,  # G (default: group.max() + 1)
+    group: torch.Tensor,  # (N,) long group of each rollout in [0, Y), or -1 (not in any group)
+    n_groups: int | None = None,  # Y (default: group.max() + 1)
     alpha: float = 0.25,  # FGW trade-off (weight of the structure term)
     L_b: int = 32,  # barycenter size
     normalize: str = 'unit',  # feature normalisation (`normalize_features`)
@@ -50,23 +50,23 @@ def exact_group_barycenters(
     tol: float = 1e-9,  # a group stops when Z moves less than this (Frobenius)
     # `ConvergenceWarning` (a RuntimeWarning): a group, or a last FGW plan, stopped at its cap
     warn: bool = True,
-) -> tuple:  # Z (G, L_b, d) and info dict (token_cost (N, T), plans (N, T, L_b), ...)
+) -> tuple:  # Z (Y, L_b, d) and info dict (token_cost (N, T), plans (N, T, L_b), ...)
     """Exact FGW barycenter (chain structure fixed) of every group, one group at a time; `info` has
     the keys `hara_novelty` reads from `group_barycenters`."""
     N, T, d = h.shape
-    G = (int(group.max()) + 1 if group.numel() else 0) if n_groups is None else n_groups
+    Y = (int(group.max()) + 1 if group.numel() else 0) if n_groups is None else n_groups
     # (L_b,), (N, T)
     tau_bar, tau = chain_tau_bar(L_b, h.dtype, h.device), chain_positions(mask, h.dtype)
-    # (G, L_b, d), (N, T, L_b), (N, T)
-    Z, plans, tok = h.new_zeros(G, L_b, d), h.new_zeros(N, T, L_b), h.new_zeros(N, T)
-    # (G,)
+    # (Y, L_b, d), (N, T, L_b), (N, T)
+    Z, plans, tok = h.new_zeros(Y, L_b, d), h.new_zeros(N, T, L_b), h.new_zeros(N, T)
+    # (Y,)
     n_it, conv, loss = (
-        torch.zeros(G, dtype=torch.long),
-        torch.ones(G, dtype=torch.bool),
-        h.new_zeros(G),
+        torch.zeros(Y, dtype=torch.long),
+        torch.ones(Y, dtype=torch.bool),
+        h.new_zeros(Y),
     )
     n_fgw = 0  # FGW plans of the groups' last iterations that stopped at fgw's cap
-    for g in range(G):
+    for g in range(Y):
         # (K,) the group's present rollouts
         rows = ((group == g) & mask.any(-1)).nonzero().flatten()
         if rows.numel() == 0:
@@ -87,7 +87,7 @@ def exact_group_barycenters(
     bad = int((~conv).sum())
     if warn and bad:
         warnings.warn(
-            f"exact_group_barycenters: {bad} of {G} groups stopped at max_iter={max_iter} with Z "
+            f"exact_group_barycenters: {bad} of {Y} groups stopped at max_iter={max_iter} with Z "
             f"still moving more than tol={tol:.0e}",
             ConvergenceWarning,
             stacklevel=2,
@@ -103,7 +103,7 @@ def exact_group_barycenters(
         token_cost=tok,
         plans=plans,
         tau_bar=tau_bar,
-        n_iter=int(n_it.max()) if G else 0,
+        n_iter=int(n_it.max()) if Y else 0,
         n_iter_group=n_it,
         sinkhorn_iters=0,
         converged=bad == 0,

@@ -148,13 +148,13 @@ def shear_cap_note(
 def token_entropy(
     logits: torch.Tensor,  # (B, T, V) logits of the policy at each response position
 ) -> torch.Tensor:
-    "Entropy of the next-token distribution, H = logsumexp(l) - Σ softmax(l) l, shape (B, T)."
+    "Entropy of the next-token distribution, ℋ = logsumexp(l) - Σ softmax(l) l, shape (B, T)."
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
     return torch.logsumexp(logits, -1) - (torch.softmax(logits, -1) * logits).sum(-1)  # (B, T)
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #5116964d
 def entropy_weights(
-    entropy: torch.Tensor,  # (B, T) token entropies H_{i,t}
+    entropy: torch.Tensor,  # (B, T) token entropies $\mathcal H_{i,t}$
     mask: torch.Tensor,  # (B, T) bool
     rho: float = 0.2,  # χ, share of the batch's tokens kept (Wang et al.: 0.2)
 ) -> torch.Tensor:
@@ -242,17 +242,17 @@ def entropy_advantages(
     logits_entropy=None,
     rho: float = 0.2,
 ) -> tuple:
-    """Forking-token weighting (Wang et al. 2025): A_i on the batch's top-ρ entropy tokens, 0
-    elsewhere; and a record."""
+    """Forking-token weighting (Wang et al. 2025): A_i on the batch's top-χ (`rho`) entropy
+    tokens, 0 elsewhere; and a record."""
     if logits_entropy is None:
         raise ValueError(
             "entropy_advantages needs logits_entropy (B, T), e.g. token_entropy(logits)"
         )
     mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
-    H = torch.as_tensor(logits_entropy, device=mask.device).detach().to(dtype)  # (B, T) a value
+    ent = torch.as_tensor(logits_entropy, device=mask.device).detach().to(dtype)  # (B, T) a value
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
-    w = entropy_weights(H, mask, rho)  # (B, T)
-    return apply_weights(A, w, mask), Reweighting('entropy', A, w, signal=H * mask)
+    w = entropy_weights(ent, mask, rho)  # (B, T)
+    return apply_weights(A, w, mask), Reweighting('entropy', A, w, signal=ent * mask)
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #48493113
 def position_advantages(

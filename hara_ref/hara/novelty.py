@@ -78,8 +78,8 @@ def relative_novelty(
     L = mask.sum(-1).to(n.dtype)  # (B,)
     # (B,), (B,)
     val, cnt = ((n * mask).sum(-1), L) if n.ndim == 2 else (n * (L > 0), (L > 0).to(n.dtype))
-    G = int(og.max()) + 1 if og.numel() else 0
-    nbar = torch.zeros(G, dtype=n.dtype, device=n.device).index_add_(0, og, val)  # (G,)
+    Y = int(og.max()) + 1 if og.numel() else 0
+    nbar = torch.zeros(Y, dtype=n.dtype, device=n.device).index_add_(0, og, val)  # (Y,)
     nbar = (nbar / torch.zeros_like(nbar).index_add_(0, og, cnt).clamp(min=1))[og]  # (B,)
     nbar = nbar[:, None] if n.ndim == 2 else nbar
     return torch.where(nbar > 0, n / nbar.clamp(min=torch.finfo(n.dtype).tiny), torch.ones_like(n))
@@ -143,8 +143,8 @@ class Novelty:
     og: torch.Tensor  # (B,) outcome group of each rollout
     group_size: torch.Tensor  # (B,) non-empty rollouts in the rollout's outcome group
     computed: torch.Tensor  # (B,) bool, rollouts whose novelty was computed (others carry 0)
-    slots: torch.Tensor  # (G', K) batch index of each computed group's rollouts, -1 = none
-    barycenters: torch.Tensor  # (G', L_b, d) supports z_j of each computed barycenter
+    slots: torch.Tensor  # (Y', K) batch index of each computed group's rollouts, -1 = none
+    barycenters: torch.Tensor  # (Y', L_b, d) supports z_j of each computed barycenter
     tau_bar: torch.Tensor  # (L_b,) barycenter positions
     # barycenter iterations, the most of any group (from `group_barycenters`)
     bary_iters: object = None
@@ -152,7 +152,7 @@ class Novelty:
     sinkhorn_iters: object = None
     metric: str = 'fgw'
     notes: list = field(default_factory=list)
-    # (G',) barycenter iterations of each computed group
+    # (Y',) barycenter iterations of each computed group
     bary_iters_group: torch.Tensor | None = None
     # (B, T) token excess over the group e_{i,t} (`version_excess`; 0 if not computed)
     excess: torch.Tensor | None = None
@@ -167,7 +167,7 @@ class Novelty:
 
     @property
     def bary_sizes(self) -> torch.Tensor:
-        "(G',) rollouts behind each barycenter."
+        "(Y',) rollouts behind each barycenter."
         return (self.slots >= 0).sum(-1)
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #26975563
@@ -179,12 +179,12 @@ def _computed_rollouts(
     """Rollouts whose novelty is computed (B,) bool, and the non-empty size of each rollout's
     outcome group (B,)."""
     present = L > 0  # (B,)
-    G = int(og.max()) + 1 if og.numel() else 0
-    # (G,)
-    size = torch.zeros(G, dtype=torch.long, device=og.device).index_add_(0, og, present.long())
-    ok = size >= 2  # (G,)
+    Y = int(og.max()) + 1 if og.numel() else 0
+    # (Y,)
+    size = torch.zeros(Y, dtype=torch.long, device=og.device).index_add_(0, og, present.long())
+    ok = size >= 2  # (Y,)
     if keep is not None:
-        ok &= torch.zeros(G, dtype=torch.long, device=og.device).index_add_(0, og, keep.long()) > 0
+        ok &= torch.zeros(Y, dtype=torch.long, device=og.device).index_add_(0, og, keep.long()) > 0
     return present & ok[og], size[og]
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #7d83f968
@@ -263,8 +263,8 @@ def _median_notes(info: dict, median_kw: dict | None) -> list:
 def stage_novelty(
     hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
     mask: torch.Tensor,  # (B, T) bool, a prefix of each row
-    gc: torch.Tensor,  # (B,) computed group of each rollout in [0, G'), -1 = not computed
-    Z: torch.Tensor,  # (G', L_b, d) barycenter supports
+    gc: torch.Tensor,  # (B,) computed group of each rollout in [0, Y'), -1 = not computed
+    Z: torch.Tensor,  # (Y', L_b, d) barycenter supports
     og: torch.Tensor,  # (B,) outcome group of each rollout (whose median)
     alpha: float = 0.25,  # FGW trade-off, as the barycenter was computed
     reg: float = 0.05,  # entropic ε, likewise
@@ -372,7 +372,7 @@ def hara_novelty(
     og, _ = outcome_groups(rewards, group_ids)
     computed, gsize = _computed_rollouts(og, L, keep)  # (B,), (B,)
     notes += _group_notes(rewards, gsize, L)
-    # (G', K) the computed groups' members (a record: the barycenter reads `hidden` in place)
+    # (Y', K) the computed groups' members (a record: the barycenter reads `hidden` in place)
     slots = pack_slots(og, computed)
     zeros = hidden.new_zeros(B, T)  # (B, T)
     contrib, excess, excess_seq, nbar, stage_nov = (
@@ -391,7 +391,7 @@ def hara_novelty(
         torch.zeros(0, dtype=torch.long),
     )
     if slots.numel():
-        # (G',) computed outcome groups, in the order of `slots`
+        # (Y',) computed outcome groups, in the order of `slots`
         groups = torch.unique(og[computed])
         # (B,) computed group of each rollout, -1 = none
         gc = torch.where(computed, torch.searchsorted(groups, og), -1)
@@ -412,7 +412,7 @@ def hara_novelty(
                 hidden, mask, gc, len(groups), alpha=alpha, L_b=L_b, normalize=normalize, **bk
             )
             if barycenter == 'exact'
-            # (G', L_b, d)
+            # (Y', L_b, d)
             else group_barycenters(
                 hidden,
                 mask,
@@ -500,7 +500,7 @@ def _embed_contributions(
     hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
     mask: torch.Tensor,  # (B, T) bool
     gc: torch.Tensor,  # (B,) computed group of each rollout, -1 = none
-    Z: torch.Tensor,  # (G', L_b, d) barycenter supports
+    Z: torch.Tensor,  # (Y', L_b, d) barycenter supports
     normalize: str,  # feature normalisation, as the barycenter saw the features
 ) -> torch.Tensor:
     """Contributions (B, T) whose sum over tokens is ‖mean_j z_j - h_last‖ (Table 2's embedding

@@ -145,31 +145,31 @@ def outcome_groups(
     rewards: torch.Tensor,  # (B,) rewards
     group_ids: torch.Tensor,  # (B,) integer prompt ids
 ) -> tuple:
-    "Outcome group of each rollout (same prompt, same reward): (og (B,) long, sizes (G,) long)."
+    "Outcome group of each rollout (same prompt, same reward): (og (B,) long, sizes (Y,) long)."
     # (B,) rank of each reward value: exact, and no float cast of the ids
     _, rank = torch.unique(rewards, return_inverse=True)
     # (B,)
     _, og = torch.unique(torch.stack([group_ids.long(), rank], -1), dim=0, return_inverse=True)
-    return og, torch.bincount(og)  # (B,), (G,)
+    return og, torch.bincount(og)  # (B,), (Y,)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #8140d8df
 def pack_slots(
     og: torch.Tensor,  # (B,) outcome group of each rollout
     keep: torch.Tensor,  # (B,) bool, rollouts to pack
 ) -> torch.Tensor:
-    """Slot table (G', K) of batch indices (-1 = absent) for the outcome groups that have a kept
+    """Slot table (Y', K) of batch indices (-1 = absent) for the outcome groups that have a kept
     rollout."""
     idx = keep.nonzero().flatten()  # (B',)
     if idx.numel() == 0:
         return torch.empty(0, 0, dtype=torch.long, device=og.device)
-    groups, gk = torch.unique(og[idx], return_inverse=True)  # (G',), (B',)
+    groups, gk = torch.unique(og[idx], return_inverse=True)  # (Y',), (B',)
     # (B',) rollouts sorted by group, batch order kept inside a group
     order = torch.argsort(gk, stable=True)
-    counts = torch.bincount(gk, minlength=len(groups))  # (G',)
-    start = torch.cumsum(counts, 0) - counts  # (G',)
+    counts = torch.bincount(gk, minlength=len(groups))  # (Y',)
+    start = torch.cumsum(counts, 0) - counts  # (Y',)
     # (B',) position inside the group
     pos = torch.arange(len(idx), device=og.device) - start[gk[order]]
-    # (G', K)
+    # (Y', K)
     slots = torch.full((len(groups), int(counts.max())), -1, dtype=torch.long, device=og.device)
     slots[gk[order], pos] = idx[order]
     return slots
@@ -216,10 +216,10 @@ def group_mean(
 ) -> torch.Tensor:
     """Mean of `v` over the members of each rollout's outcome group, handed back per rollout, shape
     of v."""
-    G = int(og.max()) + 1 if og.numel() else 0
+    Y = int(og.max()) + 1 if og.numel() else 0
     w = member.to(v.dtype).reshape(-1, *[1] * (v.ndim - 1))  # (B, 1, ...)
-    tot = v.new_zeros(G, *v.shape[1:]).index_add_(0, og, v * w)  # (G, ...)
-    cnt = v.new_zeros(G).index_add_(0, og, member.to(v.dtype)).clamp(min=1)  # (G,)
+    tot = v.new_zeros(Y, *v.shape[1:]).index_add_(0, og, v * w)  # (Y, ...)
+    cnt = v.new_zeros(Y).index_add_(0, og, member.to(v.dtype)).clamp(min=1)  # (Y,)
     return (tot / cnt.reshape(-1, *[1] * (v.ndim - 1)))[og]  # (B, ...)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #8a13c849
@@ -230,21 +230,21 @@ def group_median(
 ) -> torch.Tensor:
     """Entrywise median of `v` over the members of each rollout's group (even count: mean of the two
     middle values; nan skipped), per rollout, shape of v; 0 for non-members."""
-    # (G', K) members of each group, -1 = none
+    # (Y', K) members of each group, -1 = none
     slots, out = pack_slots(og, member), torch.zeros_like(v)
     if slots.numel() == 0:
         return out
-    here = (slots >= 0).reshape(*slots.shape, *[1] * (v.ndim - 1))  # (G', K, 1, ...)
-    vals = torch.where(here, v[slots.clamp(min=0)], torch.nan)  # (G', K, ...)
-    n = (~vals.isnan()).sum(1, keepdim=True)  # (G', 1, ...) values present
+    here = (slots >= 0).reshape(*slots.shape, *[1] * (v.ndim - 1))  # (Y', K, 1, ...)
+    vals = torch.where(here, v[slots.clamp(min=0)], torch.nan)  # (Y', K, ...)
+    n = (~vals.isnan()).sum(1, keepdim=True)  # (Y', 1, ...) values present
     vals = vals.sort(1).values  # nan sorts last
-    # (G', 1, ...)
+    # (Y', 1, ...)
     lo, hi = (
         vals.gather(1, ((n - 1) // 2).clamp(min=0)),
         vals.gather(1, (n // 2).clamp(max=vals.shape[1] - 1)),
     )
-    med = torch.where(n > 0, (lo + hi) / 2, torch.nan).squeeze(1)  # (G', ...)
-    # (B,) each rollout's group among the G'
+    med = torch.where(n > 0, (lo + hi) / 2, torch.nan).squeeze(1)  # (Y', ...)
+    # (B,) each rollout's group among the Y'
     gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=len(med) - 1)
     return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med[gi], out)
 
@@ -387,12 +387,12 @@ def group_geometric_median(
 ) -> tuple:
     """Geometric median of each group's members per node, per rollout (B, ..., D) (0: non-members);
     info."""
-    slots, out = pack_slots(og, member), torch.zeros_like(v)  # (G', K) members, -1 = none
+    slots, out = pack_slots(og, member), torch.zeros_like(v)  # (Y', K) members, -1 = none
     if slots.numel() == 0:
         return out, dict(converged=True, n_iter=0, unconverged=0, nodes=0)
-    (G, K), mid, D = slots.shape, v.shape[1:-1], v.shape[-1]
-    P = v[slots.clamp(min=0)].movedim(1, -2)  # (G', ..., K, D)
-    here = (slots >= 0).reshape(G, *[1] * len(mid), K) & ~P.isnan().any(-1)  # (G', ..., K)
+    (Y, K), mid, D = slots.shape, v.shape[1:-1], v.shape[-1]
+    P = v[slots.clamp(min=0)].movedim(1, -2)  # (Y', ..., K, D)
+    here = (slots >= 0).reshape(Y, *[1] * len(mid), K) & ~P.isnan().any(-1)  # (Y', ..., K)
     P = torch.where(here[..., None], P, 0.0)  # absent rows: finite, never read
     med, info = geometric_median(P.reshape(-1, K, D), here.reshape(-1, K), tol, max_iter)  # (N, D)
     if warn and not info['converged']:
@@ -402,8 +402,8 @@ def group_geometric_median(
             RuntimeWarning,
             2,
         )
-    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=G - 1)  # (B,) among the G'
-    med = med.reshape(G, *mid, D)[gi]  # (B, ..., D)
+    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=Y - 1)  # (B,) among the Y'
+    med = med.reshape(Y, *mid, D)[gi]  # (B, ..., D)
     return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med, out), info
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #318811e5

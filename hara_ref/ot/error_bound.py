@@ -35,7 +35,7 @@ def lin_term(
     tau_bar: torch.Tensor,  # (..., m) barycenter positions
 ) -> torch.Tensor:  # (...,) $\mathrm{Lin}(T)$
     """Linear position term of any plan, $\\mathrm{Lin}(T) =
-    \\sum_{t,j}(\\tau_t-\\bar\\tau_j)^2T_{tj}$ (half of Lemma 3.1's $\\langle G, T\\rangle$)."""
+    \\sum_{t,j}(\\tau_t-\\bar\\tau_j)^2T_{tj}$ (half of Lemma 3.1's $\\langle E, T\\rangle$)."""
     return (linear_cost(tau, tau_bar) * plan).sum((-2, -1)) / 2  # (...,)
 
 # %% ../../nbs/2_ot/09_error_bound.ipynb #f3cff6d4
@@ -277,8 +277,8 @@ def solve_instance(
         )
     check_weights(t(a), t(b))
     C, Cb = np.abs(tau[:, None] - tau), np.abs(tau_bar[:, None] - tau_bar)
-    G = (1 - alpha) * M + alpha * 2 * (tau[:, None] - tau_bar) ** 2  # (n, m) linearized cost
-    T_lin = ot.emd(a, b, G)  # (n, m)
+    M_lin = (1 - alpha) * M + alpha * 2 * (tau[:, None] - tau_bar) ** 2  # (n, m) linearized cost
+    T_lin = ot.emd(a, b, M_lin)  # (n, m)
     F = lambda T: float(fgw_objective(*(t(x) for x in (T, M, C, Cb)), alpha))
     # (n, m) order-preserving, -reversing
     mono, anti = monotone_plan(t(a), t(b)).numpy(), monotone_plan(t(a[::-1]), t(b)).numpy()[::-1]
@@ -298,7 +298,7 @@ def solve_instance(
     # Delta(T) = F_lin(T) - F(T)
     gap_at = lambda T: float(linearization_gap(t(T), t(tau), t(tau_bar), alpha))
     return dict(
-        lfgw=float(G.ravel() @ T_lin.ravel()),
+        lfgw=float(M_lin.ravel() @ T_lin.ravel()),
         fgw=vals[best],
         plan=plans[best],
         T_lin=T_lin,

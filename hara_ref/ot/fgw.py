@@ -109,10 +109,10 @@ def gw_objective(
     C2: torch.Tensor,  # (..., m, m) structure of the second graph
 ) -> torch.Tensor:  # (...,) $\sum (C_1[t,s]-C_2[j,k])^2 T_{tj}T_{sk}$
     "Gromov-Wasserstein (square loss) term of a plan, in $O(n^2 m + n m^2)$."
-    p, q = plan.sum(-1), plan.sum(-2)  # (..., n), (..., m) marginals of the plan itself
-    # p^T C1^2 p + q^T C2^2 q
-    const = (p * ((C1**2) @ p.unsqueeze(-1)).squeeze(-1)).sum(-1) + (
-        q * ((C2**2) @ q.unsqueeze(-1)).squeeze(-1)
+    a_, b_ = plan.sum(-1), plan.sum(-2)  # (..., n), (..., m) marginals a', b' of the plan itself
+    # a'^T C1^2 a' + b'^T C2^2 b'
+    const = (a_ * ((C1**2) @ a_.unsqueeze(-1)).squeeze(-1)).sum(-1) + (
+        b_ * ((C2**2) @ b_.unsqueeze(-1)).squeeze(-1)
     ).sum(-1)
     # - 2 <C1 T C2^T, T>
     return const - 2 * (C1 @ plan @ C2.transpose(-1, -2) * plan).sum((-2, -1))  # (...,)
@@ -137,8 +137,8 @@ def gw_gradient(
     p: torch.Tensor,  # (n,) first marginal
     q: torch.Tensor,  # (m,) second marginal
 ) -> torch.Tensor:  # (n, m) $\nabla \mathrm{GW}(T)$
-    """Gradient of the GW term on $\\Pi(p,q)$: $2(C_1^{2} p 1^\\top + 1 q^\\top C_2^{2} - 2 C_1 T
-    C_2)$."""
+    """Gradient of the GW term on $\\Pi(a,b)$, $a$ = `p`, $b$ = `q`: $2(C_1^{2} a 1^\\top +
+    1 b^\\top C_2^{2} - 2 C_1 T C_2)$."""
     const = ((C1**2) @ p).unsqueeze(-1) + ((C2**2) @ q).unsqueeze(-2)  # (n, m)
     return 2 * (const - 2 * C1 @ plan @ C2.T)  # (n, m)
 
@@ -150,12 +150,12 @@ def fgw_line_search(
     C1: torch.Tensor,  # (n, n) symmetric structure 1
     C2: torch.Tensor,  # (m, m) symmetric structure 2
     alpha: float,  # structure weight
-) -> tuple:  # (gamma, change of the objective $a\gamma^2 + b\gamma$)
-    """Exact line search for the square-loss FGW objective along $\\Delta$: minimise $a\\gamma^2 +
-    b\\gamma$ on $[0,1]$."""
+) -> tuple:  # (gamma, change of the objective at gamma)
+    """Exact line search for the square-loss FGW objective along $\\Delta$: minimise the parabola
+    $\\tfrac12\\ddot{\\mathcal F}\\gamma^2 + \\dot{\\mathcal F}\\gamma$ on $[0,1]$."""
     dot = C1 @ delta @ C2.T  # (n, m)
-    qa = float(-2 * alpha * (dot * delta).sum())  # a = -2 alpha <C1 D C2, D>
-    qb = float((1 - alpha) * (M * delta).sum() - 4 * alpha * (dot * plan).sum())  # b
+    qa = float(-2 * alpha * (dot * delta).sum())  # F''/2 = -2 alpha <C1 D C2, D>
+    qb = float((1 - alpha) * (M * delta).sum() - 4 * alpha * (dot * plan).sum())  # F'(0)
     if qa > 0:
         gamma = min(1.0, max(0.0, -qb / (2 * qa)))  # convex parabola: clipped vertex
     else:
@@ -194,7 +194,7 @@ def fgw(
     p: torch.Tensor | None = None,  # (n,) weights of graph 1 (default uniform)
     q: torch.Tensor | None = None,  # (m,) weights of graph 2 (default uniform)
     alpha: float = 0.25,  # structure weight (POT convention; the paper's 0.25)
-    G0: torch.Tensor | None = None,  # (n, m) initial plan (default $p q^\top$)
+    G0: torch.Tensor | None = None,  # (n, m) initial plan (default the product $a b^\top$)
     max_iter: int = 10000,  # most Frank-Wolfe iterations
     tol_rel: float = 1e-9,  # stop on relative change of the objective
     tol_abs: float = 1e-9,  # stop on absolute change of the objective

@@ -45,14 +45,14 @@ def structure_cost(
     C: torch.Tensor,  # (..., T, T) structure of the rollout
     C_bar: torch.Tensor,  # (..., L_b, L_b) structure of the barycenter
     P: torch.Tensor,  # (..., T, L_b) fixed second plan
-) -> torch.Tensor:  # (..., T, L_b) $G_{tj}(P)=\sum_{s,k}(C_{ts}-\bar C_{jk})^2P_{sk}$
+) -> torch.Tensor:  # (..., T, L_b) $E_{tj}(P)=\sum_{s,k}(C_{ts}-\bar C_{jk})^2P_{sk}$
     """Linear cost the GW term induces when its second plan is frozen to `P` (square-loss
     decomposition)."""
-    p, q = P.sum(-1), P.sum(-2)  # (..., T), (..., L_b)
-    # (C^2 p)_t + (C_bar^2 q)_j
+    rows, cols = P.sum(-1), P.sum(-2)  # (..., T), (..., L_b) marginals P 1, P^T 1
+    # (C^2 P 1)_t + (C_bar^2 P^T 1)_j
     # (..., T, L_b)
-    G = ((C**2) @ p.unsqueeze(-1)) + ((C_bar**2) @ q.unsqueeze(-1)).transpose(-1, -2)
-    return G - 2 * C @ P @ C_bar.transpose(-1, -2)  # (..., T, L_b)  - 2 C P C_bar^T
+    E = ((C**2) @ rows.unsqueeze(-1)) + ((C_bar**2) @ cols.unsqueeze(-1)).transpose(-1, -2)
+    return E - 2 * C @ P @ C_bar.transpose(-1, -2)  # (..., T, L_b)  - 2 C P C_bar^T
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #bbde72eb
 def chain_tau_bar(
@@ -70,8 +70,8 @@ def chain_tau_bar(
 def linear_cost(
     tau: torch.Tensor,  # (..., T) rollout positions
     tau_bar: torch.Tensor,  # (..., L_b) barycenter positions
-) -> torch.Tensor:  # (..., T, L_b) $G_{tj} = 2(\tau_t-\bar\tau_j)^2$
-    "Closed form of Lemma 3.1's anchor cost: $G = 2(\\tau-\\bar\\tau)^2$."
+) -> torch.Tensor:  # (..., T, L_b) $E_{tj} = 2(\tau_t-\bar\tau_j)^2$
+    "Closed form of Lemma 3.1's anchor cost: $E = 2(\\tau-\\bar\\tau)^2$."
     return 2 * (tau.unsqueeze(-1) - tau_bar.unsqueeze(-2)) ** 2  # (..., T, L_b)
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #80d4efd4

@@ -229,7 +229,7 @@ def _chunk_stats(hidden: torch.Tensor, head, targets: torch.Tensor) -> tuple:
     """Log-probs and entropies (n,) of one chunk: hidden states (n, d), output layer `head`, target
     ids (n,)."""
     lsm = F.log_softmax(head(hidden).float(), -1)  # (n, V)
-    # H = -\sum_v \pi(v) \log \pi(v)
+    # \mathcal H = -\sum_v \pi(v) \log \pi(v)
     return lsm.gather(-1, targets[:, None])[:, 0], -(lsm.exp() * lsm).sum(-1)  # (n,), (n,)
 
 
