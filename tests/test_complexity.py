@@ -71,7 +71,7 @@ def test_loglog_slope_and_row_format():
         L=512,
         t_lin=0.1,
         lin_iters=10,
-        lin_sinkhorn_iters=20,
+        lin_inner_iters=20,
         t_pot_default=1.0,
         ratio_default=10.0,
         t_pot_tol=5.0,

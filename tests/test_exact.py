@@ -29,7 +29,7 @@ def test_identical_rollouts_get_weight_one(dtype):
     torch.testing.assert_close(
         rw.weights[m], torch.ones(int(m.sum()), dtype=dtype), atol=1e-6, rtol=0
     )
-    assert rw.novelty.sinkhorn_iters == {'barycenter': 0} and not rw.notes
+    assert rw.novelty.inner_iters == {'barycenter': 0} and not rw.notes
 
 
 @pytest.mark.parametrize('dtype', [torch.float32, torch.float64])

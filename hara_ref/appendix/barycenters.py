@@ -431,7 +431,7 @@ def group_barycenters(
         tau_bar=tau_bar,
         n_iter=int(n_it.max()) if Y else 0,
         n_iter_group=n_it,
-        sinkhorn_iters=int(n_sk.max()) if Y else 0,
+        inner_iters=int(n_sk.max()) if Y else 0,
         err=errs,
         converged=bool(conv.all()),
         converged_group=conv.cpu(),

@@ -106,7 +106,7 @@ def bench_barycenter(
         L=L,
         t_lin=t_lin,
         lin_iters=info['n_iter'],
-        lin_sinkhorn_iters=info['sinkhorn_iters'],
+        lin_inner_iters=info['inner_iters'],
         t_pot_default=t_pot1,
     )
     if pot_full:
@@ -141,7 +141,7 @@ def format_barycenter_row(r: dict) -> str:
     )
     return (
         f"L={r['L']:<5d} linearized {r['t_lin']:.3g} s ({r['lin_iters']} its, "
-        f"{r['lin_sinkhorn_iters']} Sinkhorn its) | "
+        f"{r['lin_inner_iters']} solver steps) | "
         f"POT default call (1 outer it) {r['t_pot_default']:.3g} s -> ratio "
         f"{r['ratio_default']:.1f}x | "
         f"{pot} -> ratio {r['ratio_tol']:.1f}x"
@@ -414,7 +414,7 @@ def bench_hara(
         groups=int(nov.slots.shape[0]),
         K=int(nov.slots.shape[1]) if nov.slots.numel() else 0,
         bary_iters=nov.bary_iters,
-        sinkhorn_iters=nov.sinkhorn_iters,
+        inner_iters=nov.inner_iters,
         products=products,
         finite=bool(torch.isfinite(adv).all()),
     )
@@ -433,7 +433,7 @@ class BenchHaraConfig:
     granularity: str = 'tok'  # 'seq' or 'tok'
     float64: bool = False  # time in float64 (default float32)
     max_iter: int = BARY_DEFAULTS['max_iter']  # barycenter iterations (most)
-    # Sinkhorn iterations per barycenter iteration (most)
+    # inner solver steps per barycenter iteration (most)
     inner_iter: int = BARY_DEFAULTS['inner_iter']
     anderson: int = BARY_DEFAULTS['anderson']  # Anderson memory (0: the plain iteration)
     threads: int = 0  # torch threads (0: leave as is)

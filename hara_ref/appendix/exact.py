@@ -105,7 +105,7 @@ def exact_group_barycenters(
         tau_bar=tau_bar,
         n_iter=int(n_it.max()) if Y else 0,
         n_iter_group=n_it,
-        sinkhorn_iters=0,
+        inner_iters=0,
         converged=bad == 0,
         converged_group=conv,
         unconverged=bad,

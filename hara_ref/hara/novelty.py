@@ -148,8 +148,8 @@ class Novelty:
     tau_bar: torch.Tensor  # (L_b,) barycenter positions
     # barycenter iterations, the most of any group (from `group_barycenters`)
     bary_iters: object = None
-    # Sinkhorn iterations: {'barycenter': total over its iterations, 'final': final plans}
-    sinkhorn_iters: object = None
+    # inner solver steps: {'barycenter': total over its iterations, 'final': final plans}
+    inner_iters: object = None
     metric: str = 'fgw'
     notes: list = field(default_factory=list)
     # (Y',) barycenter iterations of each computed group
@@ -429,7 +429,7 @@ def hara_novelty(
         tau_bar, it, sk, iters = (
             info['tau_bar'].to(hidden.dtype),
             info['n_iter'],
-            {'barycenter': info['sinkhorn_iters']},
+            {'barycenter': info['inner_iters']},
             info['n_iter_group'],
         )
         if fs is not None:

@@ -552,7 +552,7 @@ def _print_bench_hara(r: dict, c: BenchHaraConfig):
     print(
         f"outcome groups: {r['groups']} (largest {r['K']}); barycenter iterations: "
         f"{r['bary_iters']} (max {c.max_iter}); "
-        f"sinkhorn iterations: {r['sinkhorn_iters']} (max {c.inner_iter} per barycenter iteration)"
+        f"inner solver steps: {r['inner_iters']} (max {c.inner_iter} per barycenter iteration)"
     )
     print(f"hara_advantages ({c.granularity}): {r['t_hara']:.4f} s")
     print(f"lower bound, one h @ Z^T per rollout: {r['t_matmul']:.4f} s")
