@@ -12,6 +12,8 @@ from hara_ref.appendix.newton import (
     semidual_newton,
     semidual_reference,
     semidual_point,
+    semidual_plan,
+    semidual_hessian,
     newton_direction,
 )
 from hara_ref.appendix.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
@@ -129,6 +131,35 @@ def test_padding_changes_nothing_not_even_the_steps(seed, lens, mlens):
         torch.testing.assert_close(plan[i, :L, :Lm], single, atol=1e-13, rtol=0)
         assert (plan[i, L:] == 0).all() and (plan[i, :, Lm:] == 0).all()
         assert int(lg['n_iter_item'][i]) == l1['n_iter'], (lg['n_iter_item'], l1['n_iter'])
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_plan_and_hessian_equal_the_single_pass(seed):
+    """`semidual_plan` then `semidual_hessian` give the single-pass evaluation's T, log u, c, J and
+    H bit for bit (a padding row and a padding column included)."""
+    g = torch.Generator().manual_seed(seed)
+    P, n, m = 3, 11 + seed, 5 + 3 * seed
+    a, b, M = problem(seed, P, n, m)
+    a[0, -1], b[1, -1] = 0.0, 0.0  # padding (the weights no longer sum to 1; not needed here)
+    log_v = torch.randn(P, m, generator=g, dtype=torch.float64).masked_fill(b == 0, -math.inf)
+    logK = -M / 0.1
+    # the single pass: every quantity, H included, from one evaluation
+    E = logK + log_v.unsqueeze(-2)
+    mx = E.amax(-1, keepdim=True)
+    E = E.sub_(mx).exp_()
+    s = E.sum(-1, keepdim=True)
+    T = E * (a.unsqueeze(-1) / s)
+    lse = (mx + s.log()).squeeze(-1).masked_fill_(a == 0, 0.0)
+    c = T.sum(-2)
+    J = (b * log_v.masked_fill(b == 0, 0.0)).sum(-1) - (a * lse).sum(-1)
+    H = torch.diag_embed(c) - (T.transpose(-1, -2) / s.transpose(-1, -2)) @ E
+    single = (T, a.log() - lse, c, J, H)
+    T2, log_u2, c2, J2, E2, s2 = semidual_plan(logK, a, b, log_v)
+    split = (T2, log_u2, c2, J2, semidual_hessian(T2, c2, E2, s2))
+    for x, y in zip(single, split):
+        assert torch.equal(x, y)
+    for x, y in zip(single, semidual_point(logK, a, b, log_v)):
+        assert torch.equal(x, y)
 
 
 def test_absent_item_and_empty_batch():

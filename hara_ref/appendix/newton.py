@@ -20,7 +20,8 @@ from hara_ref.ot.entropic import (
 from .sinkhorn import SinkhornConvergenceWarning, empty_result
 
 # %% auto #0
-__all__ = ['semidual_reference', 'semidual_point', 'sinkhorn_column_step', 'newton_direction', 'semidual_newton']
+__all__ = ['semidual_reference', 'semidual_plan', 'semidual_hessian', 'semidual_point', 'sinkhorn_column_step',
+           'newton_direction', 'semidual_newton']
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #da55cb44
 def semidual_reference(
@@ -76,14 +77,15 @@ def semidual_reference(
     return a[:, None] * S, (lg if log else it)
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #05246c4b
-def semidual_point(
+def semidual_plan(
     logK: torch.Tensor,  # (P, n, m) $\log K = -M/\varepsilon$
     a: torch.Tensor,  # (P, n) row weights (0 = padding)
     b: torch.Tensor,  # (P, m) column weights (0 = padding, where log_v = -inf)
     log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
-) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), H (P, m, m)
-    """Plan with exact rows at $\\ell$, its row potentials, column mass, semi-dual (N1) and $H$
-    (N2), in one pass over the kernel."""
+) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), E (P, n, m), s (P, n, 1)
+    """Plan with exact rows at $\\ell$, its row potentials, column mass and semi-dual (N1), in one
+    pass over the kernel; also $E = e^{\\log K + \\ell - \\max}$ and its row sums $s$
+    ($\\Gamma = E/s$), kept for `semidual_hessian`."""
     E = logK + log_v.unsqueeze(-2)  # (P, n, m)  log K + ell
     mx = E.amax(-1, keepdim=True)  # (P, n, 1)
     E = E.sub_(mx).exp_()  # (P, n, m) e^{log K + ell - max}, in place
@@ -93,9 +95,29 @@ def semidual_point(
     lse = (mx + s.log()).squeeze(-1).masked_fill_(a == 0, 0.0)
     c = T.sum(-2)  # (P, m)
     J = (b * log_v.masked_fill(b == 0, 0.0)).sum(-1) - (a * lse).sum(-1)  # (P,)  (N1)
-    # (P, m, m)  diag(c) - T^T S  (N2)
-    H = torch.diag_embed(c) - (T.transpose(-1, -2) / s.transpose(-1, -2)) @ E
-    return T, a.log() - lse, c, J, H
+    return T, a.log() - lse, c, J, E, s
+
+# %% ../../nbs/6_appendix/27_newton.ipynb #a3c1e0b7
+def semidual_hessian(
+    T: torch.Tensor,  # (P, n, m) plan from `semidual_plan`
+    c: torch.Tensor,  # (P, m) its column mass
+    E: torch.Tensor,  # (P, n, m) $e^{\log K + \ell - \max}$ at the same point
+    s: torch.Tensor,  # (P, n, 1) row sums of E
+) -> torch.Tensor:  # H (P, m, m)
+    """$H = \\operatorname{diag}(c) - T^\\top \\Gamma$ (N2) at the point `semidual_plan`
+    evaluated: the $O(nm^2)$ product of a Newton step."""
+    return torch.diag_embed(c) - (T / s).transpose(-1, -2) @ E  # (P, m, m)  T^T S = (T/s)^T E
+
+# %% ../../nbs/6_appendix/27_newton.ipynb #5e9d2c41
+def semidual_point(
+    logK: torch.Tensor,  # (P, n, m) $\log K = -M/\varepsilon$
+    a: torch.Tensor,  # (P, n) row weights (0 = padding)
+    b: torch.Tensor,  # (P, m) column weights (0 = padding, where log_v = -inf)
+    log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
+) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), H (P, m, m)
+    """Everything a Newton step needs at $\\ell$: `semidual_plan`, then `semidual_hessian`."""
+    T, log_u, c, J, E, s = semidual_plan(logK, a, b, log_v)
+    return T, log_u, c, J, semidual_hessian(T, c, E, s)
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #f972a3aa
 def sinkhorn_column_step(
