@@ -84,8 +84,8 @@ def semidual_plan(
     log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
 ) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), E (P, n, m), s (P, n, 1)
     """Plan with exact rows at $\\ell$, its row potentials, column mass and semi-dual (N1), in one
-    pass over the kernel; also $E = e^{\\log K + \\ell - \\max}$ and its row sums $s$
-    ($\\Gamma = E/s$), kept for `semidual_hessian`."""
+    pass over the kernel; also E = $e^{\\log K + \\ell - \\max}$ and its row sums s
+    ($\\Gamma$ = E / s), kept for `semidual_hessian`."""
     E = logK + log_v.unsqueeze(-2)  # (P, n, m)  log K + ell
     mx = E.amax(-1, keepdim=True)  # (P, n, 1)
     E = E.sub_(mx).exp_()  # (P, n, m) e^{log K + ell - max}, in place
