@@ -12,6 +12,8 @@ from hara_ref.appendix.newton import (
     semidual_newton,
     semidual_reference,
     semidual_point,
+    semidual_plan,
+    semidual_hessian,
     newton_direction,
 )
 from hara_ref.appendix.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
@@ -131,6 +133,63 @@ def test_padding_changes_nothing_not_even_the_steps(seed, lens, mlens):
         assert int(lg['n_iter_item'][i]) == l1['n_iter'], (lg['n_iter_item'], l1['n_iter'])
 
 
+def test_chunks_change_nothing():
+    """40 ragged problems (and an absent one) solved one at a time, 16 at a time and all at once:
+    the same plans, log and steps. With m = 8, every (n, 8) float64 matrix starts on a 64-byte
+    boundary wherever it sits in a chunk, so the BLAS rounds it alike: equal bit for bit. With m = 7
+    the BLAS may round a product by its alignment (as it does when the batch is reordered): equal to
+    rounding, with the same steps."""
+    rng = np.random.default_rng(0)
+    lens = rng.integers(1, 31, 40).tolist()
+    for m_max, exact in ((8, True), (7, False)):
+        a, b, M = ragged_problem(1, lens, [m_max] + rng.integers(1, m_max + 1, 39).tolist())
+        a[5] = 0  # an absent item
+        out = {
+            chunk: semidual_newton(a, b, M, 0.05, stop_thr=1e-11, log=True, chunk=chunk)
+            for chunk in (1, 16, 40)
+        }
+        plan, lg = out[40]
+        assert lg['converged'].all() and len(set(lg['n_iter_item'].tolist())) > 1
+        for chunk in (1, 16):
+            plan_c, lg_c = out[chunk]
+            assert torch.equal(lg_c['n_iter_item'], lg['n_iter_item'])
+            if exact:
+                assert torch.equal(plan_c, plan)
+                for k in ('err', 'log_u', 'log_v', 'converged', 'stop_thr'):
+                    assert torch.equal(lg_c[k].nan_to_num(), lg[k].nan_to_num()), k
+            else:
+                torch.testing.assert_close(plan_c, plan, atol=1e-13, rtol=0)
+
+
+@pytest.mark.parametrize('seed', range(4))
+def test_plan_and_hessian_equal_the_single_pass(seed):
+    """`semidual_plan` then `semidual_hessian` give the single-pass evaluation's T, log u, c, J and
+    H bit for bit (a padding row and a padding column included)."""
+    g = torch.Generator().manual_seed(seed)
+    P, n, m = 3, 11 + seed, 5 + 3 * seed
+    a, b, M = problem(seed, P, n, m)
+    a[0, -1], b[1, -1] = 0.0, 0.0  # padding (the weights no longer sum to 1; not needed here)
+    log_v = torch.randn(P, m, generator=g, dtype=torch.float64).masked_fill(b == 0, -math.inf)
+    logK = -M / 0.1
+    # the single pass: every quantity, H included, from one evaluation
+    E = logK + log_v.unsqueeze(-2)
+    mx = E.amax(-1, keepdim=True)
+    E = E.sub_(mx).exp_()
+    s = E.sum(-1, keepdim=True)
+    T = E * (a.unsqueeze(-1) / s)
+    lse = (mx + s.log()).squeeze(-1).masked_fill_(a == 0, 0.0)
+    c = T.sum(-2)
+    J = (b * log_v.masked_fill(b == 0, 0.0)).sum(-1) - (a * lse).sum(-1)
+    H = torch.diag_embed(c) - (T.transpose(-1, -2) / s.transpose(-1, -2)) @ E
+    single = (T, a.log() - lse, c, J, H)
+    T2, log_u2, c2, J2, E2, s2 = semidual_plan(logK, a, b, log_v)
+    split = (T2, log_u2, c2, J2, semidual_hessian(T2, c2, E2, s2))
+    for x, y in zip(single, split):
+        assert torch.equal(x, y)
+    for x, y in zip(single, semidual_point(logK, a, b, log_v)):
+        assert torch.equal(x, y)
+
+
 def test_absent_item_and_empty_batch():
     a, b, M = problem(0, 3, 5, 4)
     a[1] = 0
@@ -208,6 +267,7 @@ def test_gradient_and_hessian_are_derivatives():
         (dict(reg=float('nan')), 'reg'),
         (dict(log_v0=torch.full((4,), math.nan)), 'log_v0'),
         (dict(stop_thr=-1.0), 'stop_thr'),
+        (dict(chunk=0), 'chunk'),
     ],
 )
 def test_bad_input(kw, msg):

@@ -20,7 +20,8 @@ from hara_ref.ot.entropic import (
 from .sinkhorn import SinkhornConvergenceWarning, empty_result
 
 # %% auto #0
-__all__ = ['semidual_reference', 'semidual_point', 'sinkhorn_column_step', 'newton_direction', 'semidual_newton']
+__all__ = ['semidual_reference', 'semidual_plan', 'semidual_hessian', 'semidual_point', 'sinkhorn_column_step',
+           'newton_direction', 'semidual_newton']
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #da55cb44
 def semidual_reference(
@@ -76,14 +77,15 @@ def semidual_reference(
     return a[:, None] * S, (lg if log else it)
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #05246c4b
-def semidual_point(
+def semidual_plan(
     logK: torch.Tensor,  # (P, n, m) $\log K = -M/\varepsilon$
     a: torch.Tensor,  # (P, n) row weights (0 = padding)
     b: torch.Tensor,  # (P, m) column weights (0 = padding, where log_v = -inf)
     log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
-) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), H (P, m, m)
-    """Plan with exact rows at $\\ell$, its row potentials, column mass, semi-dual (N1) and $H$
-    (N2), in one pass over the kernel."""
+) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), E (P, n, m), s (P, n, 1)
+    """Plan with exact rows at $\\ell$, its row potentials, column mass and semi-dual (N1), in one
+    pass over the kernel; also E = $e^{\\log K + \\ell - \\max}$ and its row sums s
+    ($\\Gamma$ = E / s), kept for `semidual_hessian`."""
     E = logK + log_v.unsqueeze(-2)  # (P, n, m)  log K + ell
     mx = E.amax(-1, keepdim=True)  # (P, n, 1)
     E = E.sub_(mx).exp_()  # (P, n, m) e^{log K + ell - max}, in place
@@ -93,9 +95,29 @@ def semidual_point(
     lse = (mx + s.log()).squeeze(-1).masked_fill_(a == 0, 0.0)
     c = T.sum(-2)  # (P, m)
     J = (b * log_v.masked_fill(b == 0, 0.0)).sum(-1) - (a * lse).sum(-1)  # (P,)  (N1)
-    # (P, m, m)  diag(c) - T^T S  (N2)
-    H = torch.diag_embed(c) - (T.transpose(-1, -2) / s.transpose(-1, -2)) @ E
-    return T, a.log() - lse, c, J, H
+    return T, a.log() - lse, c, J, E, s
+
+# %% ../../nbs/6_appendix/27_newton.ipynb #a3c1e0b7
+def semidual_hessian(
+    T: torch.Tensor,  # (P, n, m) plan from `semidual_plan`
+    c: torch.Tensor,  # (P, m) its column mass
+    E: torch.Tensor,  # (P, n, m) $e^{\log K + \ell - \max}$ at the same point
+    s: torch.Tensor,  # (P, n, 1) row sums of E
+) -> torch.Tensor:  # H (P, m, m)
+    """$H = \\operatorname{diag}(c) - T^\\top \\Gamma$ (N2) at the point `semidual_plan`
+    evaluated: the $O(nm^2)$ product of a Newton step."""
+    return torch.diag_embed(c) - (T / s).transpose(-1, -2) @ E  # (P, m, m)  T^T S = (T/s)^T E
+
+# %% ../../nbs/6_appendix/27_newton.ipynb #5e9d2c41
+def semidual_point(
+    logK: torch.Tensor,  # (P, n, m) $\log K = -M/\varepsilon$
+    a: torch.Tensor,  # (P, n) row weights (0 = padding)
+    b: torch.Tensor,  # (P, m) column weights (0 = padding, where log_v = -inf)
+    log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
+) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), H (P, m, m)
+    """Everything a Newton step needs at $\\ell$: `semidual_plan`, then `semidual_hessian`."""
+    T, log_u, c, J, E, s = semidual_plan(logK, a, b, log_v)
+    return T, log_u, c, J, semidual_hessian(T, c, E, s)
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #f972a3aa
 def sinkhorn_column_step(
@@ -130,7 +152,8 @@ def newton_direction(
 # %% ../../nbs/6_appendix/27_newton.ipynb #4da47a7b
 def _line_search(logK, a, b, state, d, grad):
     """One ascent step per problem: Newton at t = 1, 1/4, ..., 1/4^7 (Armijo), else Sinkhorn's
-    column update; returns the new (log_v, T, log_u, c, J, H)."""
+    column update; returns the new (log_v, T, log_u, c, J, E, s). A trial evaluates only the
+    problems whose earlier trials all failed."""
     log_v, log_u, c, J = state[0], state[2], state[3], state[4]
     # (P, 1) no potential moves by more than 20
     t = (20.0 / d.abs().amax(-1).clamp_min(1e-300)).clamp(max=1.0).unsqueeze(-1)
@@ -142,31 +165,57 @@ def _line_search(logK, a, b, state, d, grad):
         * torch.finfo(J.dtype).eps
         * (J.abs() + (a * log_u.abs()).nan_to_num(0.0, 0.0, 0.0).sum(-1) + 1)
     )
-    out, done = None, None
+    out, rest = None, None  # the new point; (R,) problems still searching (None: all)
     for trial in range(9):
-        # (P, m) Newton, shorter Newton steps, then Sinkhorn
-        step = t * d if trial < 8 else sinkhorn_column_step(c, b)
-        cand = (log_v + step).masked_fill(b == 0, -math.inf)  # (P, m)
-        new = (cand,) + semidual_point(logK, a, b, cand)
-        # (P,)
+        pick = (lambda x: x) if rest is None else (lambda x: x[rest])
+        # (R, m) Newton, shorter Newton steps, then Sinkhorn
+        step = pick(t) * pick(d) if trial < 8 else sinkhorn_column_step(pick(c), pick(b))
+        cand = (pick(log_v) + step).masked_fill(pick(b) == 0, -math.inf)  # (R, m)
+        new = (cand,) + semidual_plan(pick(logK), pick(a), pick(b), cand)
+        # (R,) Armijo's test; the Sinkhorn update is always taken
         acc = (
-            new[4] >= J + 1e-4 * slope - slack
+            new[4] >= pick(J) + 1e-4 * pick(slope) - pick(slack)
             if trial < 8
-            else torch.ones_like(J, dtype=torch.bool)
+            else torch.ones_like(new[4], dtype=torch.bool)
         )
-        take = acc if done is None else acc & ~done
-        out = (
-            new
-            if out is None
-            else tuple(
-                torch.where(take.reshape(-1, *[1] * (y.ndim - 1)), y, x) for x, y in zip(out, new)
-            )
-        )
-        done = take if done is None else done | take
-        if bool(done.all()):
+        if out is None:
+            out, rest = new, torch.arange(len(J), device=J.device)
+        else:
+            for full, x in zip(out, new):
+                full[rest[acc]] = x[acc]
+        rest = rest[~acc]
+        if rest.numel() == 0:
             break
         t, slope = t / 4, slope / 4
     return out
+
+# %% ../../nbs/6_appendix/27_newton.ipynb #0b6e4f18
+def _newton_solve(logK, a, b, log_v, thr, num_iter_max):
+    """Newton's iteration on one chunk of P problems: log_v (P, m), T (P, n, m), log_u (P, n), err
+    (P,), n_item (P,). A problem leaves the working tensors when it stops; H is formed only where a
+    step starts."""
+    P = len(b)
+    # the answers, written as problems finish
+    out = (torch.empty_like(log_v), torch.empty_like(logK), torch.empty_like(a))
+    err_out, n_item = b.new_empty(P), torch.zeros(P, dtype=torch.long, device=b.device)
+    rows = torch.arange(P, device=b.device)  # (A,) the problems still iterating
+    state = (log_v,) + semidual_plan(logK, a, b, log_v)  # (log_v, T, log_u, c, J, E, s)
+    for it in range(num_iter_max + 1):  # it: Newton steps taken so far
+        err = (state[3] - b).norm(dim=-1)  # (A,)
+        go = ~(err < thr) if it < num_iter_max else torch.zeros_like(err, dtype=torch.bool)
+        if not bool(go.all()):  # some problems are done: write their answers, keep the rest
+            done = ~go
+            for full, x in zip(out, state[:3]):
+                full[rows[done]] = x[done]
+            err_out[rows[done]], n_item[rows[done]] = err[done], it
+            if not bool(go.any()):
+                break
+            rows, logK, a, b, thr = (x[go] for x in (rows, logK, a, b, thr))
+            state = tuple(x[go] for x in state)
+        H = semidual_hessian(state[1], state[3], state[5], state[6])  # (A, m, m)
+        d, grad = newton_direction(H, state[3], b)
+        state = _line_search(logK, a, b, state, d, grad)
+    return out + (err_out, n_item)
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #e8e0a550
 def semidual_newton(
@@ -186,11 +235,13 @@ def semidual_newton(
     # (..., m) optional warm start for $\ell = \log v$ (the semi-dual needs no $\log u$)
     log_v0: torch.Tensor | None = None,
     check_inputs: bool = True,  # validate (and convert) a, b, M and the warm start
+    chunk: int = 16,  # problems solved together: it sets the speed, not the answers (to rounding)
 ):  # plan (..., n, m) in the dtype of M [, log dict]
     """Batched entropic OT by Newton's method on the semi-dual: chapter 26_sinkhorn_batched's
     `sinkhorn_log` interface, for problems with a small side m."""
     reg = as_reg(reg)
     check_iterations(num_iter_max, 1, 1.0)
+    check_iterations(chunk, 1, 1.0, 'chunk')
     if check_inputs:
         a, b, M = check_ot_inputs(a, b, M, reg)
     else:
@@ -212,7 +263,7 @@ def semidual_newton(
     shape, (n, m) = M.shape[:-2], M.shape[-2:]
     # (P, n), (P, m), (P,)
     a, b, thr = a.reshape(-1, n).double(), b.reshape(-1, m).double(), thr.reshape(-1)
-    logK, present = M.reshape(-1, n, m).double() / (-reg), a.sum(-1) > 0  # (P, n, m), (P,)
+    M, present = M.reshape(-1, n, m), a.sum(-1) > 0  # (P, n, m), (P,)
     # absent items: stand-in rows, zero plan at the end
     if not present.all():
         a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / n))
@@ -222,32 +273,18 @@ def semidual_newton(
         else torch.as_tensor(log_v0).to(b).expand(*shape, m).reshape(-1, m)
     )
     log_v = log_v.masked_fill(b == 0, -math.inf)  # (P, m) padding columns at -inf
-    state = (log_v,) + semidual_point(logK, a, b, log_v)  # (log_v, T, log_u, c, J, H)
-    err = (state[3] - b).norm(dim=-1)  # (P,)
-    active, n_item = ~(err < thr), torch.zeros(len(b), dtype=torch.long, device=b.device)
-    for it in range(num_iter_max):
-        if not active.any():
-            break
-        every = bool(active.all())
-        idx = None if every else active.nonzero().flatten()
-        sel = (lambda x: x) if every else (lambda x: x[idx])  # the active problems only
-        sub = tuple(map(sel, state))
-        d, grad = newton_direction(sub[5], sub[3], sel(b))
-        new = _line_search(sel(logK), sel(a), sel(b), sub, d, grad)
-        if every:
-            state = new
-        else:
-            for full, x in zip(state, new):
-                full[idx] = x
-        n_item += active.long()
-        err = torch.where(active, (state[3] - b).norm(dim=-1), err)
-        active = active & ~(err < thr)
-    # absent items: zero plan
-    log_v, plan, log_u = (
-        state[0],
-        (state[1] if present.all() else state[1] * present[:, None, None]),
-        state[2],
-    )
+    # one chunk of problems at a time: its working tensors stay in the CPU's caches
+    parts = [
+        _newton_solve(
+            M[i : i + chunk].double() / (-reg),  # (chunk, n, m) log K
+            *(x[i : i + chunk] for x in (a, b, log_v, thr)),
+            num_iter_max,
+        )
+        for i in range(0, len(b), chunk)
+    ]
+    log_v, plan, log_u, err, n_item = (torch.cat(x) for x in zip(*parts))
+    if not present.all():  # absent items: zero plan
+        plan = plan * present[:, None, None]
     conv = err < thr
     plan, log_u, log_v, err, n_item, conv, thr = (
         x.reshape(tuple(shape) + x.shape[1:]) for x in (plan, log_u, log_v, err, n_item, conv, thr)
