@@ -365,3 +365,20 @@ def test_group_barycenters_reports_its_tolerance_and_rounding_floor():
         _, info = group_barycenters(h, m, torch.zeros(4, dtype=torch.long), L_b=4, tol=1e-12)
         eps = torch.finfo(dtype).eps
         assert info['tol'] == max(1e-12, 100 * eps) and info['rounding_floor'] == 1000 * eps
+
+
+@pytest.mark.float32
+def test_group_barycenters_reports_groups_stopped_at_the_rounding_floor():
+    "A group stopped by the rounding floor, not by tol, is named, with its estimated distance."
+    from hara_ref.appendix.barycenters import group_barycenters
+
+    g = torch.Generator().manual_seed(0)
+    group = torch.tensor([0, 0, 1, 1])  # (N,) two groups
+    for dtype, tol, floor in ((torch.float32, 1e-12, True), (torch.float64, 1e-4, False)):
+        h = torch.randn(4, 12, 6, generator=g, dtype=dtype)  # (N, T, d)
+        m = torch.ones(4, 12, dtype=torch.bool)  # (N, T)
+        _, info = group_barycenters(h, m, group, L_b=4, tol=tol)
+        assert info['converged'] and info['at_rounding_floor'].tolist() == [floor, floor]
+        err = info['fixed_point_error']  # (Y,)
+        # float32: 100 eps = 1.2e-5 asked, the floor stops both groups above it; float64: tol met
+        assert bool((err >= info['tol']).all()) if floor else bool((err < tol).all())

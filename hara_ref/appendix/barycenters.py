@@ -219,7 +219,8 @@ def group_barycenters(
     max_iter: int = 200,  # most barycenter iterations
     # a group stops when its estimated distance to the fixed point is below tol (at least 100 eps of
     # the dtype; `fixed_point_error`), or when Z moves by less than 1000 eps, the rounding level
-    # (1.2e-4 in float32: pass float64 features for a tighter answer); both in `info`
+    # (1.2e-4 in float32: pass float64 features for a tighter answer); `info` reports both, each
+    # group's estimate and which groups stopped at the floor
     tol: float = 1e-4,
     normalize: str = 'unit',  # feature normalisation (`feature_scales`)
     stop_thr: float = 1e-7,  # smallest Sinkhorn marginal tolerance
@@ -439,6 +440,10 @@ def group_barycenters(
         lam=lam,
         tol=tol,  # the tolerance used (tol, raised to 100 eps of the dtype)
         rounding_floor=noise,  # a group whose Z moves less than this has stopped (1000 eps)
+        # (Y,) each group's estimated distance to the fixed point when it stopped (inf: none)
+        fixed_point_error=dist.cpu(),
+        # (Y,) groups stopped by the rounding floor before their estimate met tol
+        at_rounding_floor=((last < noise) & ~(dist < tol)).cpu(),
     )
     if final_plans_kw is not None:
         info['final_plans_iters'] = lg['n_iter'] if rows.numel() else 0
