@@ -560,7 +560,7 @@ def _print_bench_hara(r: dict, c: BenchHaraConfig):
     print(
         f"matrix products of that size the barycenter iterations need: {r['products']:.1f} per "
         "rollout "
-        f"(1 + 2 per iteration); the rest of the ratio is Sinkhorn and elementwise work"
+        f"(1 + 2 per iteration); the rest of the ratio is the inner solver and elementwise work"
     )
 
 
