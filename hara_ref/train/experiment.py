@@ -628,5 +628,9 @@ def train_results(
         command,
         f"{data}, {len(s['variants'][0]['per_seed'])} seeds",
         threads,
-        dict(wall_s=round(s['wall_s'])),
+        # unrounded mean seconds per RL step of each variant (a ratio of roundings is not the ratio)
+        dict(
+            wall_s=round(s['wall_s']),
+            step_s={v['variant']: v['step_s'][0] for v in s['variants']},
+        ),
     )
