@@ -115,7 +115,7 @@ class TrainConfig:
     hidden_layer: int = -1  # hidden_states index for HARA/SHEAR (-1: last layer)
     # HARA: cap on barycenter iterations (None: the oracle's converged defaults)
     bary_iters: int | None = None
-    # HARA / SHEAR: cap on Sinkhorn iterations per solve (None: their defaults)
+    # HARA / SHEAR: cap on inner solver (Newton or Sinkhorn) steps per solve (None: their defaults)
     plan_iters: int | None = None
     eval_every: int = 10
     eval_prompts: int = 100
@@ -250,7 +250,8 @@ def sample_prompts(
     model, tokenizer, prompts: list, cfg: TrainConfig, generator: torch.Generator
 ) -> tuple:  # prompt ids, mask (B, P); response ids, mask (B, T)
     """One completion of each of the B `prompts` (strings), sampled in eval mode with `cfg`'s
-    `max_prompt_len`, `max_new_tokens` and `temperature`: `(pi, pm, ri, rm)`."""
+    `max_prompt_len`, `max_new_tokens` and `temperature`: `(pi, pm, ri, rm)`. Leaves `model` in
+    eval mode."""
     pi, pm = encode_prompts(tokenizer, prompts, cfg.max_prompt_len, model.device)  # (B, P)
     model.eval()
     # (B, T)
