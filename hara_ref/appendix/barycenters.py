@@ -35,8 +35,9 @@ def feature_scales(
     mask: torch.Tensor,  # (N, T) bool, True on real tokens
     how: str = 'unit',  # 'unit' | 'none' | 'mean_norm', as in `normalize_features`
 ) -> tuple:  # h (N, T, d), s (N, T), hh (N, T)
-    """`normalize_features` as a per-token scale: $s_t h_t$ are the normalised features ($s=0$ off
-    the mask), $hh_t=\\lVert s_th_t\\rVert^2$; one pass over `h`, no copy of it."""
+    """`normalize_features` as a per-token scale `s` = $σ_t$: $σ_t h_t$ are the normalised
+    features ($σ_t = 0$ off the mask), $hh_t = \\lVert σ_t h_t\\rVert^2$; one pass over `h`, no
+    copy of it."""
     if how not in ('unit', 'none', 'mean_norm'):
         raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
     norms = torch.linalg.vector_norm(h, dim=-1)  # (N, T); nan/inf on a token shows up here
@@ -114,7 +115,7 @@ def rollout_costs(
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #b2179cdf
 def _feature_step(plans, h, s, lam, gid, rows, ends, n_groups):
     """Feature step for the groups of `rows`: $Z_g = \\operatorname{diag}(1/b_g)\\sum_{i\\in
-    g}\\lambda_i (s_i\\odot T_i)^\\top H_i$, one product per rollout; (Y, L_b, d), 0 for other
+    g}\\lambda_i (σ_i\\odot T_i)^\\top h_i$, one product per rollout; (Y, L_b, d), 0 for other
     groups."""
     P = plans * (lam[rows].unsqueeze(-1) * s[rows]).unsqueeze(-1)  # (A, T, L_b) lam_i s_t T_i[t, j]
     TH = h.new_zeros(n_groups, plans.shape[-1], h.shape[-1])  # (Y, L_b, d)
@@ -129,7 +130,7 @@ def _feature_step(plans, h, s, lam, gid, rows, ends, n_groups):
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #2e5791ef
 def anderson_step(
     X: torch.Tensor,  # (Y, m+1, n) last iterates x of each group, newest last
-    F: torch.Tensor,  # (Y, m+1, n) their residuals f = F(x) - x
+    F: torch.Tensor,  # (Y, m+1, n) their residuals f = Φ(x) - x
     count: torch.Tensor,  # (Y,) long, how many of the newest entries are valid (>= 1)
 ) -> torch.Tensor:  # (Y, n) $x_k + f_k - \sum_i\gamma_i(\Delta x_i + \Delta f_i)$
     "Anderson (type II) extrapolation of each group's fixed-point iteration from its valid history."
@@ -163,8 +164,8 @@ def anderson_next(
     hist: dict,  # from `anderson_history`, updated in place
     g: torch.Tensor,  # (Y_live,) live groups
     Z: torch.Tensor,  # (Y_live, L_b, d) current iterates
-    FZ: torch.Tensor,  # (Y_live, L_b, d) their images F(Z)
-    change: torch.Tensor,  # (Y_live,) residuals max|F(Z) - Z|
+    FZ: torch.Tensor,  # (Y_live, L_b, d) their images Φ(Z)
+    change: torch.Tensor,  # (Y_live,) residuals max|Φ(Z) - Z|
     # (Y_live,) bool, groups that stop now (they take the plain step)
     done: torch.Tensor,
     start: float = 1e-2,  # restart while the residual is above this
@@ -190,7 +191,7 @@ def anderson_next(
 
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #8b635c99
 def fixed_point_error(
-    change: torch.Tensor,  # (Y,) residual $r_k = \max|F(Z_k)-Z_k|$ of each group
+    change: torch.Tensor,  # (Y,) residual $r_k = \max|Φ(Z_k)-Z_k|$ of each group
     # (Y, 3) its residuals of the three iterations before ($\infty$ = none yet)
     past: torch.Tensor,
 ) -> torch.Tensor:  # (Y,) $r_k\max(1, \hat\zeta/(1-\hat\zeta))$, $\infty$ while residuals grow
@@ -237,7 +238,7 @@ def group_barycenters(
     final_plans_kw: dict | None = None,
     # `ConvergenceWarning` if a group or a final plan stopped at its cap
     warn: bool = True,
-    # Anderson memory m of the outer fixed point (0: plain iteration, the reference), see above
+    # Anderson memory of the outer fixed point (0: plain iteration, the reference), see above
     anderson: int = 0,
     # entropic plans by 'newton' (chapter 27_newton's `semidual_newton`) or 'sinkhorn' (chapter
     # 26_sinkhorn_batched's `sinkhorn_log`)
@@ -367,7 +368,7 @@ def group_barycenters(
             )
             # (Y, L_b, d), (Y_live,)
             Z_new, g = _feature_step(P, h, s, lam, gid, r, ends, Y), live.nonzero().flatten()
-            # (Y_live,) residual |F(Z) - Z| of the fixed point
+            # (Y_live,) residual |Φ(Z) - Z| of the fixed point
             change = (Z_new[g] - Z[g]).abs().amax((-2, -1))
             # (Y_live,)
             dist[g], past[g] = (

@@ -499,7 +499,7 @@ def qwen3_config(size: str, **over):
 def layer_flops(
     cfg,  # a Qwen3Config
     context: float,  # keys each token attends to (mean over the tokens counted)
-) -> float:  # $F_\ell(c)$, forward FLOPs of one decoder layer for one token
+) -> float:  # $\mathrm{FLOP}_{\mathrm{layer}}(n_{\mathrm{ctx}})$: forward, one layer, one token
     "Matrix-product FLOPs of one decoder layer for one token (forward)."
     d, hd = cfg.hidden_size, cfg.head_dim
     q, kv = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
@@ -516,7 +516,7 @@ def step_flops(
     "Matrix-product FLOPs of the model phases of one RLVR step (causal attention counted once)."
     n, head, S = cfg.num_hidden_layers, 2 * cfg.hidden_size * cfg.vocab_size, T_p + T
     prefill = B * T_p * n * layer_flops(cfg, (T_p + 1) / 2)  # mean causal context
-    # one token per step, context T_p+1 .. T_p+T; F_l is affine in c: its mean context
+    # one token per step, context T_p+1 .. T_p+T; layer_flops is affine in it: its mean
     decode = B * T * (n * layer_flops(cfg, T_p + (T + 1) / 2) + head)
     scoring = B * S * n * layer_flops(cfg, (S + 1) / 2) + B * T * head  # head on the completion
     return dict(generation=prefill + decode, scoring=scoring, update=3 * scoring)

@@ -140,7 +140,7 @@ def _count_above(
     lam: torch.Tensor,  # (K,) float64 thresholds
     lo: torch.Tensor,  # (K, N) int64: each count is known to lie in [lo, hi]
     hi: torch.Tensor,  # (K, N) int64
-) -> torch.Tensor:  # (K, N) int64 c_i(lam_j), at most hi
+) -> torch.Tensor:  # (K, N) int64 gains above each threshold, at most hi
     "How many of prompt i's log gains (from m0 on) exceed lam_j: bisection over k for all (j, i)."
     while (lo < hi).any():
         mid = (lo + hi) // 2  # (K, N)

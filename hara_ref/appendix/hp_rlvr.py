@@ -61,7 +61,7 @@ def hindsight_weights(
     keep = m[..., None]  # (B, T, 1) padding may hold anything: replace it before the softmax
     lp = F.log_softmax(torch.where(keep, causal_logits.to(dt), 0.0), -1)  # (B, T, V)
     lq = F.log_softmax(torch.where(keep, hindsight_logits.to(dt), 0.0), -1)  # (B, T, V)
-    # \log M = \log\tfrac12(p + q)
+    # \log \bar p = \log\tfrac12(p + \tilde p)
     lm = torch.logaddexp(lp, lq) - math.log(2.0)  # (B, T, V)
     jsd = 0.5 * _kl_to(lp, lm) + 0.5 * _kl_to(lq, lm)  # (B, T)
     # (B, T)

@@ -27,11 +27,11 @@ __all__ = ['SHEAR_PLAN_DEFAULTS', 'window_starts', 'shear_weights', 'shear_cap_n
 # %% ../../nbs/3_hara/14_baselines.ipynb #b1597dfe
 def window_starts(
     L: int,  # rollout length
-    width: int,  # window width w
-    stride: int,  # stride s
+    width: int,  # window width
+    stride: int,  # stride between window starts
 ) -> list:
     """Start indices of overlapping windows that cover 0..L-1 (the last one ends at L; one short
-    window if L <= w)."""
+    window if L <= width)."""
     if L <= 0:
         return []
     if L <= width:
@@ -71,8 +71,8 @@ def shear_weights(
     mask: torch.Tensor,  # (B, T) bool
     rewards: torch.Tensor,  # (B,) rewards
     group_ids: torch.Tensor,  # (B,) prompt ids
-    width: int = 16,  # window width w (SHEAR: 100 at LLM scale)
-    stride: int = 4,  # stride s (SHEAR: 25)
+    width: int = 16,  # window width (SHEAR: 100 at LLM scale)
+    stride: int = 4,  # stride between window starts (SHEAR: 25)
     reg: float = 0.05,  # ε of the entropic W1 (on costs divided by the mean hidden-state norm)
     # more arguments for the window solver (num_iter_max, stop_thr, ...)
     plan_kw: dict | None = None,

@@ -90,7 +90,7 @@ def local_assignment(
     mask: torch.Tensor,  # (..., T) bool, True on real tokens
     reg: float = 0.05,  # entropic ε, as in the plans
 ) -> torch.Tensor:
-    """Semi-relaxed entropic plan q[t,j] = a_t softmax_j(-Ĉ[t,j]/ε): every token placed on the nodes
+    """Semi-relaxed entropic plan P[t,j] = a_t softmax_j(-Ĉ[t,j]/ε): every token placed on the nodes
     by itself (rows a_t = 1/L, no column constraint); (..., T, L_b)."""
     a = mask.to(cost.dtype) / mask.sum(-1, keepdim=True).clamp(min=1)  # (..., T)
     return torch.softmax(-cost / reg, -1) * a.unsqueeze(-1)  # (..., T, L_b)

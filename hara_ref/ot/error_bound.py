@@ -43,7 +43,7 @@ def order_reversing_R_naive(
     plan: torch.Tensor,  # (..., n, m) plan
     tau: torch.Tensor,  # (..., n) rollout positions
     tau_bar: torch.Tensor,  # (..., m) barycenter positions
-) -> torch.Tensor:  # (...,) $R(T)$, $O(n^2m^2)$ time and memory
+) -> torch.Tensor:  # (...,) $R(T)$, $O(L^2 L_b^2)$ time and memory
     "Order-reversing term $R(T)$ by its definition (reference implementation, small sizes only)."
     x = tau.unsqueeze(-1) - tau.unsqueeze(-2)  # (..., n, n)  tau_t - tau_s
     y = tau_bar.unsqueeze(-1) - tau_bar.unsqueeze(-2)  # (..., m, m)  tau_bar_j - tau_bar_k
@@ -168,8 +168,8 @@ def order_reversing_R(
     plan: torch.Tensor,  # (..., n, m) plan
     tau: torch.Tensor,  # (..., n) rollout positions
     tau_bar: torch.Tensor,  # (..., m) barycenter positions
-) -> torch.Tensor:  # (...,) $R(T)$ in $O(nm)$
-    "Order-reversing term $R(T)$ of Theorem 3.2 by 2-D prefix sums, $O(n\\,m)$."
+) -> torch.Tensor:  # (...,) $R(T)$ in $O(L L_b)$
+    "Order-reversing term $R(T)$ of Theorem 3.2 by 2-D prefix sums, $O(L\\,L_b)$."
     # (..., n, m), (..., n), (..., m)
     plan, tau, tau_bar = _sort_chain(*check_plan_positions(plan, tau, tau_bar))
     ts, tb = tau.unsqueeze(-1), tau_bar.unsqueeze(-2)  # (..., n, 1), (..., 1, m)
@@ -187,7 +187,7 @@ def order_reversing_mass(
     tau_bar: torch.Tensor,  # (..., m) barycenter positions (distinct)
 ) -> torch.Tensor:  # (...,) $R_0(T)$
     """Order-reversing mass $R_0(T) = \\sum_{\\text{order-reversing pairs}} T_{tj}T_{sk}$, by prefix
-    sums in $O(n\\,m)$."""
+    sums in $O(L\\,L_b)$."""
     plan, _, _ = _sort_chain(*check_plan_positions(plan, tau, tau_bar))  # (..., n, m)
     return 2 * (plan * _prefix_suffix(plan)).sum((-2, -1))  # (...,)
 
@@ -223,7 +223,7 @@ def linearization_gap(
     alpha: float,  # structure weight in [0, 1]
 ) -> torch.Tensor:  # (...,) $\Delta(T) = F_{\mathrm{lin}}(T) - F(T)$
     """Exact $F_{\\mathrm{lin}}(T)-F(T) = 4\\alpha R(T) + 2\\alpha m(T)^2 +
-    2\\alpha(1-s)\\,\\mathrm{Lin}(T)$ at any plan, $O(n\\,m)$."""
+    2\\alpha(1-s)\\,\\mathrm{Lin}(T)$ at any plan, $O(L\\,L_b)$."""
     if not 0 <= _as_float(alpha) <= 1:
         raise ValueError(f"alpha must be a number in [0, 1], got {alpha!r}")
     alpha = _as_float(alpha)

@@ -57,7 +57,7 @@ def feature_norms(
     a = torch.where(off, h.abs().amax(-1), 0)  # (..., T) largest entry of each rescaled row
     if per_rollout:
         a = torch.where(off, a.amax(-1, keepdim=True), 0)  # (..., T)
-    e = torch.frexp(a).exponent.to(h.dtype).unsqueeze(-1)  # (..., T, 1) a = m 2^e, m in [1/2, 1)
+    e = torch.frexp(a).exponent.to(h.dtype).unsqueeze(-1)  # (..., T, 1) a = 2^e times [1/2, 1)
     # 2^-e in two factors: one alone overflows for subnormal rows (2^1074)
     scaled = h * torch.exp2(-(e // 2)) * torch.exp2(e // 2 - e)  # (..., T, d)
     h = torch.where(off.unsqueeze(-1), scaled, h)  # (..., T, d)
@@ -108,7 +108,7 @@ def gw_objective(
     C1: torch.Tensor,  # (..., n, n) structure of the first graph
     C2: torch.Tensor,  # (..., m, m) structure of the second graph
 ) -> torch.Tensor:  # (...,) $\sum (C_1[t,s]-C_2[j,k])^2 T_{tj}T_{sk}$
-    "Gromov-Wasserstein (square loss) term of a plan, in $O(n^2 m + n m^2)$."
+    "Gromov-Wasserstein (square loss) term of a plan, in $O(L^2 L_b + L L_b^2)$."
     a_, b_ = plan.sum(-1), plan.sum(-2)  # (..., n), (..., m) marginals a', b' of the plan itself
     # a'^T C1^2 a' + b'^T C2^2 b'
     const = (a_ * ((C1**2) @ a_.unsqueeze(-1)).squeeze(-1)).sum(-1) + (

@@ -25,7 +25,7 @@ def update_features(
     b: torch.Tensor,  # (L_b,) barycenter weights
 ) -> torch.Tensor:  # (L_b, d) $Z$
     """Feature step of the FGW barycenter: $Z = \\operatorname{diag}(1/b)\\sum_i \\lambda_i
-    T_i^\\top H_i$."""
+    T_i^\\top h_i$."""
     # (L_b, d)
     return sum(lam * plan.T @ h for lam, plan, h in zip(lambdas, plans, hs)) / b[:, None]
 

@@ -22,7 +22,7 @@ def anchor_plan(
     mask: torch.Tensor,  # (..., T) bool, True on real tokens; every row needs one
     L_b: int,  # barycenter size $L_b \ge 2$
     dtype=torch.float64,  # dtype of the result
-) -> torch.Tensor:  # (..., T, L_b) $P^0 = e_1e_1^\top + e_Le_{L_b}^\top$
+) -> torch.Tensor:  # (..., T, L_b) $P^0$: $P^0_{1,1} = P^0_{L,L_b} = 1$, 0 elsewhere
     """Anchor plan of Lemma 3.1: first real token to node 1, last real token to node $L_b$, unit
     mass each."""
     if mask.dtype != torch.bool:
@@ -36,8 +36,8 @@ def anchor_plan(
     first = torch.where(mask, idx, T).amin(-1, keepdim=True)  # (..., 1)
     last = torch.where(mask, idx, -1).amax(-1, keepdim=True)  # (..., 1)
     P0 = torch.zeros(*mask.shape, L_b, dtype=dtype, device=mask.device)  # (..., T, L_b)
-    P0[..., 0] += (idx == first).to(dtype)  # e_1 e_1^T
-    P0[..., L_b - 1] += (idx == last).to(dtype)  # e_L e_{L_b}^T
+    P0[..., 0] += (idx == first).to(dtype)  # P^0[first, 1] = 1
+    P0[..., L_b - 1] += (idx == last).to(dtype)  # P^0[last, L_b] = 1
     return P0
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #ec27d54c
@@ -153,10 +153,10 @@ def barycenter_update(
     h: torch.Tensor,  # (..., K, T, d) rollout features
     lam: torch.Tensor,  # (..., K) rollout weights, summing to 1 (0 = absent)
 ) -> torch.Tensor:  # (..., L_b, d)
-    """Feature step of the barycenter: $Z = \\operatorname{diag}(1/b)\\sum_i \\lambda_i T_i^\\top
-    H_i$, $b$ = the plans' column mass."""
+    """Feature step of the barycenter: $Z = \\operatorname{diag}(1/b')\\sum_i \\lambda_i T_i^\\top
+    h_i$, $b'$ = the plans' column mass."""
     P = lam[..., None, None] * plans  # (..., K, T, L_b)  lam_i T_i
-    # (..., L_b, d)  sum_i lam_i T_i^T H_i, one product over (i, t)
+    # (..., L_b, d)  sum_i lam_i T_i^T h_i, one product over (i, t)
     TH = P.flatten(-3, -2).transpose(-1, -2) @ h.flatten(-3, -2)
     b = P.sum((-3, -2))  # (..., L_b)  sum_i lam_i T_i^T 1 (= b at exact marginals)
     return TH / b.clamp_min(torch.finfo(b.dtype).tiny).unsqueeze(-1)  # (..., L_b, d)
@@ -228,7 +228,7 @@ def linearized_barycenter_reference(
         plans = torch.stack(
             [sinkhorn_reference(a[i], b, M[i], reg, stop_thr)[0] for i in range(len(h))]
         )
-        # Z = diag(1/b) sum_i lambda_i T_i^T H_i, the feature step
+        # Z = diag(1/b') sum_i lambda_i T_i^T h_i, the feature step
         Z_new = barycenter_update(plans, hn, lam)  # (L_b, d)
         change, Z = (Z_new - Z).abs().max(), Z_new
         if change <= tol:

@@ -275,7 +275,7 @@ def ppo_clip_loss(
     mask: torch.Tensor,  # (B, T) response mask
     clip_eps_low: float = 0.2,  # epsilon_low; ratio floor 1 - clip_eps_low
     clip_eps_high: float = 0.2,  # epsilon_high; DAPO clip-higher uses 0.28
-    # c > 1 caps the loss of A < 0 tokens at -c A (verl: 3.0); None: off
+    # rho_max > 1 caps the loss of A < 0 tokens at -rho_max A (verl: 3.0); None: off
     dual_clip: float | None = None,
     ref_logp: torch.Tensor | None = None,  # (B, T) log pi_ref, needed when beta > 0
     beta: float = 0.0,  # KL coefficient (paper: 0)
@@ -299,7 +299,7 @@ def ppo_clip_loss(
     ratio = torch.exp((lp - old).clamp(-20.0, 20.0))  # (B, T) rho
     # -min(rho A, clip(rho, 1-eps_low, 1+eps_high) A) = max(-rho A, -clip(rho) A)
     pg = torch.maximum(-A * ratio, -A * ratio.clamp(1 - clip_eps_low, 1 + clip_eps_high))  # (B, T)
-    # min(l, -c A) for A < 0
+    # min(l, -rho_max A) for A < 0
     if dual_clip is not None:
         pg = torch.where(A < 0, torch.minimum(pg, -A * dual_clip), pg)
     # (B, T) rho k3 or k3

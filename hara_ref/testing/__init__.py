@@ -138,14 +138,14 @@ def _weights_oracle(x: dict, kappa=1.0, w_min=0.5, w_max=2.0) -> torch.Tensor:
 
 # %% ../../nbs/5_practice/21_conformance.ipynb #749d40e2
 def barycenter_map(hidden, mask, Z, alpha=0.25, reg=0.05) -> tuple:
-    "One step of the linearized barycenter map from Z: (Phi(Z) (L_b, d), objective F(Z))."
+    "One step of the linearized barycenter map from Z: (Phi(Z) (L_b, d), objective F_bar(Z))."
     x = dict(hidden=hidden, mask=mask, Z=Z)
     C, a = _chain_cost(x, alpha)  # (K, T, L_b), (K, T)
     P = _plans_oracle(x, alpha, reg)  # (K, T, L_b)
     ab = a[..., None] / C.shape[-1]  # (K, T, L_b) a_i b^T
     # KL(P | a b^T) on the support of a b^T
     kl = torch.where(P > 0, P * (P.clamp_min(1e-300) / ab.clamp_min(1e-300)).log(), 0.0)
-    F = ((P * C).sum((-2, -1)) + reg * kl.sum((-2, -1))).mean()  # F(Z), lambda_i = 1/K
+    F = ((P * C).sum((-2, -1)) + reg * kl.sum((-2, -1))).mean()  # F_bar(Z), lambda_i = 1/K
     hn = normalize_features(hidden, how='unit') * mask[..., None]  # (K, T, d)
     lam = torch.full((len(hidden),), 1 / len(hidden), dtype=C.dtype)  # (K,)
     return barycenter_update(P, hn, lam), F  # (L_b, d), scalar
@@ -179,7 +179,7 @@ def _bary_certify(x: dict, got, expected, opts, atol: float) -> list:
     if not res <= atol:
         out.append(f"not a fixed point: max|Phi(Z) - Z| = {res:.3e} > atol {atol:.1e}")
     if not float(F) <= float(F_o) + atol:
-        out.append(f"objective F(Z) = {float(F):.12g} > oracle's {float(F_o):.12g} + atol")
+        out.append(f"objective F_bar(Z) = {float(F):.12g} > oracle's {float(F_o):.12g} + atol")
     return out
 
 # %% ../../nbs/5_practice/21_conformance.ipynb #89d155bc
