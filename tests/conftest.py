@@ -1,7 +1,16 @@
 "Shared test set-up."
 
+import os
+
 import pytest
 import torch
+from hypothesis import settings
+
+# property tests draw the same examples on every run and machine, so a red CI is a regression;
+# HYPOTHESIS_PROFILE=explore draws fresh examples (failures kept in .hypothesis/) to search wider
+settings.register_profile('repeatable', derandomize=True)
+settings.register_profile('explore', derandomize=False)
+settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'repeatable'))
 
 
 @pytest.fixture(autouse=True)
