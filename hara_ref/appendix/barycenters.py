@@ -196,7 +196,8 @@ def fixed_point_error(
     past: torch.Tensor,
 ) -> torch.Tensor:  # (Y,) $r_k\max(1, \hat\zeta/(1-\hat\zeta))$, $\infty$ while residuals grow
     """Estimated distance to the fixed point of a linearly converging iteration, from the
-    contraction of the last residuals."""
+    contraction of the last residuals; until three earlier residuals exist (`past` holds
+    inf), no rate is known and the estimate is the residual itself."""
     # (Y,) mean contraction per iteration over the last three
     rho = (change / past[:, 0]) ** (1 / 3)
     # (Y,)

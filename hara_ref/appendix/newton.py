@@ -235,13 +235,16 @@ def semidual_newton(
     # (..., m) optional warm start for $\ell = \log v$ (the semi-dual needs no $\log u$)
     log_v0: torch.Tensor | None = None,
     check_inputs: bool = True,  # validate (and convert) a, b, M and the warm start
-    chunk: int = 16,  # problems solved together: it sets the speed, not the answers (to rounding)
+    # problems solved together (None: 16 on a CPU, all at once elsewhere): it sets the speed,
+    # not the answers (to rounding)
+    chunk: int | None = None,
 ):  # plan (..., n, m) in the dtype of M [, log dict]
     """Batched entropic OT by Newton's method on the semi-dual: chapter 26_sinkhorn_batched's
     `sinkhorn_log` interface, for problems with a small side m."""
     reg = as_reg(reg)
     check_iterations(num_iter_max, 1, 1.0)
-    check_iterations(chunk, 1, 1.0, 'chunk')
+    if chunk is not None:
+        check_iterations(chunk, 1, 1.0, 'chunk')
     if check_inputs:
         a, b, M = check_ot_inputs(a, b, M, reg)
     else:
@@ -273,7 +276,9 @@ def semidual_newton(
         else torch.as_tensor(log_v0).to(b).expand(*shape, m).reshape(-1, m)
     )
     log_v = log_v.masked_fill(b == 0, -math.inf)  # (P, m) padding columns at -inf
-    # one chunk of problems at a time: its working tensors stay in the CPU's caches
+    if chunk is None:  # 16 problems on a CPU, all P elsewhere
+        chunk = 16 if b.device.type == 'cpu' else max(len(b), 1)
+    # one chunk of problems at a time: small working tensors
     parts = [
         _newton_solve(
             M[i : i + chunk].double() / (-reg),  # (chunk, n, m) log K

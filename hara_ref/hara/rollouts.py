@@ -390,9 +390,10 @@ def group_geometric_median(
     slots, out = pack_slots(og, member), torch.zeros_like(v)  # (Y', K) members, -1 = none
     if slots.numel() == 0:
         return out, dict(converged=True, n_iter=0, unconverged=0, nodes=0)
-    (Y, K), mid, D = slots.shape, v.shape[1:-1], v.shape[-1]
+    # Y' computed groups of at most K rollouts
+    (Yc, K), mid, D = slots.shape, v.shape[1:-1], v.shape[-1]
     P = v[slots.clamp(min=0)].movedim(1, -2)  # (Y', ..., K, D)
-    here = (slots >= 0).reshape(Y, *[1] * len(mid), K) & ~P.isnan().any(-1)  # (Y', ..., K)
+    here = (slots >= 0).reshape(Yc, *[1] * len(mid), K) & ~P.isnan().any(-1)  # (Y', ..., K)
     P = torch.where(here[..., None], P, 0.0)  # absent rows: finite, never read
     med, info = geometric_median(P.reshape(-1, K, D), here.reshape(-1, K), tol, max_iter)  # (N, D)
     if warn and not info['converged']:
@@ -402,8 +403,8 @@ def group_geometric_median(
             RuntimeWarning,
             2,
         )
-    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=Y - 1)  # (B,) among the Y'
-    med = med.reshape(Y, *mid, D)[gi]  # (B, ..., D)
+    gi = torch.searchsorted(torch.unique(og[member]), og).clamp(max=Yc - 1)  # (B,) among the Y'
+    med = med.reshape(Yc, *mid, D)[gi]  # (B, ..., D)
     return torch.where(member.reshape(-1, *[1] * (v.ndim - 1)), med, out), info
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #318811e5
