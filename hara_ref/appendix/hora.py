@@ -34,9 +34,11 @@ def lgamma_diff(
     big = x >= 20
     xs = torch.where(big, x, 20.0)  # the branch not taken still gets a safe argument
     # Stirling corrections
-    c = lambda z: (1 / 12 - (1 / 360 - (1 / 1260 - 1 / (1680 * z * z)) / (z * z)) / (z * z)) / z
-    # (x - 1/2) \log(1 + m/x) + m(\log(x + m) - 1) + c(x + m) - c(x)
-    stirling = (xs - 0.5) * torch.log1p(m / xs) + m * (torch.log(xs + m) - 1) + (c(xs + m) - c(xs))
+    st = lambda z: (1 / 12 - (1 / 360 - (1 / 1260 - 1 / (1680 * z * z)) / (z * z)) / (z * z)) / z
+    # (x - 1/2) \log(1 + m/x) + m(\log(x + m) - 1) + st(x + m) - st(x)
+    stirling = (
+        (xs - 0.5) * torch.log1p(m / xs) + m * (torch.log(xs + m) - 1) + (st(xs + m) - st(xs))
+    )
     return torch.where(big, stirling, torch.lgamma(x + m) - torch.lgamma(x))
 
 # %% ../../nbs/6_appendix/30_hora.ipynb #9b50bd93
@@ -141,7 +143,7 @@ def _count_above(
     lo: torch.Tensor,  # (K, N) int64: each count is known to lie in [lo, hi]
     hi: torch.Tensor,  # (K, N) int64
 ) -> torch.Tensor:  # (K, N) int64 gains above each threshold, at most hi
-    "How many of prompt i's log gains (from m0 on) exceed lam_j: bisection over k for all (j, i)."
+    "How many of prompt i's log gains (from m0 on) exceed lam_j (bisection, all j, i)."
     while (lo < hi).any():
         mid = (lo + hi) // 2  # (K, N)
         above = log_marginal_gain(s, f, (m0 + mid).double()) > lam[:, None]  # (K, N)
@@ -163,13 +165,13 @@ def allocate(
     if K < 1:
         raise ValueError(f"thresholds must be >= 1, got {K}")
     c_hi, c_lo = torch.zeros(N, dtype=torch.long), torch.full((N,), R)  # (N,) above hi, above lo
-    hi = _key(log_marginal_gain(s, f, m0).max().item())  # none above the largest: C(hi) = 0
+    hi = _key(log_marginal_gain(s, f, m0).max().item())  # none above the largest: sum_i #_i(hi) = 0
     lo = _key(log_marginal_gain(s, f, m0 + max(R - 1, 0)).min().item()) - 1  # all R above lo
-    while hi - lo > 1 and (c_lo - c_hi).sum() > 64 * N:  # C(lo) >= R > C(hi)
+    while hi - lo > 1 and (c_lo - c_hi).sum() > 64 * N:  # sum_i #_i(lo) >= R > sum_i #_i(hi)
         ks = sorted({lo + (hi - lo) * j // (K + 1) for j in range(1, K + 1)} - {lo})  # in (lo, hi)
         lam = torch.tensor([_unkey(k) for k in ks], dtype=torch.float64)  # (K,) increasing
         c = _count_above(s, f, m0, lam, c_hi.expand(len(ks), N), c_lo.expand(len(ks), N))  # (K, N)
-        j = int((c.sum(1) >= R).sum())  # C falls as lam grows: the first j keep C >= R
+        j = int((c.sum(1) >= R).sum())  # sum_i #_i falls as lam grows: the first j keep it >= R
         if j > 0:
             lo, c_lo = ks[j - 1], c[j - 1]
         if j < len(ks):
