@@ -52,7 +52,7 @@ def planted_stage_rollouts(
     n_stages: int = 6,  # S, number of planted stages
     d: int = 16,  # hidden size
     stage_len: tuple = (3, 6),  # (min, max) tokens per stage visit, inclusive
-    noise: float = 0.15,  # sigma, norm of the per-token noise
+    noise: float = 0.15,  # upsilon, norm of the per-token noise
     p_skip: float = 0.0,  # order perturbations: skip (see `stage_order`)
     p_repeat: float = 0.0,  # repeat
     p_swap: float = 0.0,  # swap
