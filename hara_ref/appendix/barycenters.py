@@ -114,7 +114,7 @@ def rollout_costs(
 
 # %% ../../nbs/6_appendix/28_barycenters.ipynb #b2179cdf
 def _feature_step(plans, h, s, lam, gid, rows, ends, n_groups):
-    """Feature step for the groups of `rows`: $Z_g = \\operatorname{diag}(1/b_g)\\sum_{i\\in
+    """Feature step for the groups of `rows`: $Z_g = \\operatorname{diag}(1/b'_g)\\sum_{i\\in
     g}\\lambda_i (σ_i\\odot T_i)^\\top h_i$, one product per rollout; (Y, L_b, d), 0 for other
     groups."""
     P = plans * (lam[rows].unsqueeze(-1) * s[rows]).unsqueeze(-1)  # (A, T, L_b) lam_i s_t T_i[t, j]
