@@ -57,7 +57,7 @@ def feature_norms(
     a = torch.where(off, h.abs().amax(-1), 0)  # (..., T) largest entry of each rescaled row
     if per_rollout:
         a = torch.where(off, a.amax(-1, keepdim=True), 0)  # (..., T)
-    e = torch.frexp(a).exponent.to(h.dtype).unsqueeze(-1)  # (..., T, 1) a = 2^e times [1/2, 1)
+    e = torch.frexp(a).exponent.to(h.dtype).unsqueeze(-1)  # (..., T, 1) a = f 2^e, f in [1/2, 1)
     # 2^-e in two factors: one alone overflows for subnormal rows (2^1074)
     scaled = h * torch.exp2(-(e // 2)) * torch.exp2(e // 2 - e)  # (..., T, d)
     h = torch.where(off.unsqueeze(-1), scaled, h)  # (..., T, d)

@@ -111,9 +111,9 @@ def group_advantages(
         return r - mean
     if scale == 'batch':
         std = r.std() if r.numel() > 1 else torch.zeros_like(r[0])
-    # (B,) std_g + delta; NaN (group of one, 'zero') -> delta
+    # (B,) std_q + delta; NaN (group of one, 'zero') -> delta
     den = torch.nan_to_num(std, nan=0.0) + eps
-    # (r_i - mean_g) / (std_g + delta); a group with no spread gets 0 even when delta = 0
+    # (r_i - mean_q) / (std_q + delta); a group with no spread gets 0 even when delta = 0
     return torch.where(den > 0, (r - mean) / torch.where(den > 0, den, 1.0), 0.0)
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #5d799811
