@@ -128,9 +128,9 @@ def response_logits(
 ) -> torch.Tensor:  # (B, T, V) float32 or wider
     """Logits that predict each response token, after left-padded prompts (B, P) and right-padded
     responses (B, T)."""
-    # (B, P+T)
-    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()
-    pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P+T)
+    from hara_ref.train.policy import joined_inputs
+
+    ids, am, pos = joined_inputs(prompt_ids, prompt_mask, resp_ids, resp_mask)  # (B, P+T) each
     out = model(
         input_ids=ids,
         attention_mask=am,
@@ -172,9 +172,9 @@ def response_hidden(
 ) -> torch.Tensor:  # (B, T, d)
     """Last-layer hidden states that predict each response token (what chapter 15_policy's chunked
     scorer reads)."""
-    # (B, P+T)
-    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()
-    pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P+T)
+    from hara_ref.train.policy import joined_inputs
+
+    ids, am, pos = joined_inputs(prompt_ids, prompt_mask, resp_ids, resp_mask)  # (B, P+T) each
     out = model.get_decoder()(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=False)
     # (B, T, d) column P-1+t predicts token t
     return out.last_hidden_state[:, -resp_ids.shape[1] - 1 : -1]

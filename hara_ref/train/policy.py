@@ -19,9 +19,9 @@ from torch.utils.checkpoint import checkpoint
 
 # %% auto #0
 __all__ = ['TASK_CHARS', 'SPECIAL_TOKENS', 'DTYPES', 'char_tokenizer', 'tiny_qwen3', 'replace_dir', 'save_policy',
-           'checkpoint_problem', 'load_policy', 'pad_id', 'encode_prompts', 'sample', 'token_stats', 'policy_forward',
-           'peak_rss_mib', 'code_version', 'write_results', 'show_results', 'memory_results', 'append_jsonl',
-           'read_jsonl', 'read_json', 'save_checkpoint', 'load_trainer_state']
+           'checkpoint_problem', 'load_policy', 'pad_id', 'encode_prompts', 'sample', 'token_stats', 'joined_inputs',
+           'policy_forward', 'peak_rss_mib', 'code_version', 'write_results', 'show_results', 'memory_results',
+           'append_jsonl', 'read_jsonl', 'read_json', 'save_checkpoint', 'load_trainer_state']
 
 # %% ../../nbs/4_train/15_policy.ipynb #52343718
 TASK_CHARS = "0123456789+-*/=;:,.()[]{}\\ \n?abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -252,6 +252,18 @@ def token_stats(
     return torch.cat(lp), torch.cat(ent)  # (N,), (N,)
 
 # %% ../../nbs/4_train/15_policy.ipynb #11b8154b
+def joined_inputs(
+    prompt_ids,
+    prompt_mask,  # (B, P) prompts, left-padded
+    resp_ids,
+    resp_mask,  # (B, T) responses, right-padded
+) -> tuple:  # ids (B, P+T), attention mask (B, P+T) long, positions (B, P+T)
+    """Prompt and response as one input; positions count real tokens only, so a left-padded row
+    reads as it would alone."""
+    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()
+    return ids, am, (am.cumsum(-1) - 1).clamp(min=0)
+
+
 def _model_logits_stats(model, ids, am, pos, resp_ids, output_hidden: bool) -> tuple:
     """Unchunked scoring from the model's own logits (B, T, V): logp (B, T), entropy (B, T), hidden
     states."""
@@ -285,9 +297,7 @@ def policy_forward(
 ) -> tuple:  # logp (B, T), entropy (B, T), hidden (B, T, d) or None
     """Token log-probs, token entropies (nats) and optionally one layer's hidden states of the
     response tokens."""
-    # (B, P+T)
-    ids, am = torch.cat([prompt_ids, resp_ids], 1), torch.cat([prompt_mask, resp_mask], 1).long()
-    pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P+T)
+    ids, am, pos = joined_inputs(prompt_ids, prompt_mask, resp_ids, resp_mask)  # (B, P+T) each
     (B, T), want = resp_ids.shape, hidden_layer is not None
     if chunk_tokens is None:
         logp, entropy, hs = _model_logits_stats(model, ids, am, pos, resp_ids, want)
