@@ -318,10 +318,8 @@ import torch
 from ..hara.novelty import BARY_DEFAULTS
 from .study import StudyConfig, study_cells, study_plan, run_study
 from ..train.policy import write_results
+from ..appendix.scale import SCALE_CHOICES, BenchScaleConfig, bench_scale_main
 from hara_ref.appendix.bench import (
-    SCALE_CHOICES,
-    BenchScaleConfig,
-    bench_scale_main,
     BENCH_OT_CHOICES,
     BenchHaraConfig,
     BenchOtConfig,
@@ -481,7 +479,7 @@ def compare_hp_cli(argv: list | None = None) -> int:
 # %% ../../nbs/5_practice/25_cli.ipynb #clicmd08
 def study_cli(argv: list | None = None) -> int:
     """`hara-ref study`: the grid of chapter 24_study, then the tables and figures of chapter
-    33_report."""
+    34_report."""
     from hara_ref.appendix.report import write_report
 
     p = argparse.ArgumentParser(
@@ -608,7 +606,7 @@ def bench_scale_cli(
     argv: list | None = None,  # command-line arguments after `hara-ref bench scale`
 ) -> int:  # exit code
     """`hara-ref bench scale`: HARA's share of an RLVR step of Qwen3 0.6B-8B shapes (chapter
-    Benchmarks' `bench_scale_main`)."""
+    What HARA costs at Qwen3 scale, `bench_scale_main`)."""
     p = argparse.ArgumentParser(
         prog='hara-ref bench scale',
         description=bench_scale_cli.__doc__,
