@@ -78,13 +78,13 @@ def semidual_reference(
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #05246c4b
 def semidual_plan(
-    logK: torch.Tensor,  # (P, n, m) $\log K = -M/\varepsilon$
+    logK: torch.Tensor,  # (P, n, m) $\log \mathcal K = -M/\varepsilon$
     a: torch.Tensor,  # (P, n) row weights (0 = padding)
     b: torch.Tensor,  # (P, m) column weights (0 = padding, where log_v = -inf)
     log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
 ) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), E (P, n, m), s (P, n, 1)
     """Plan with exact rows at $\\ell$, its row potentials, column mass and semi-dual (N1), in one
-    pass over the kernel; also E = $e^{\\log K + \\ell - \\max}$ and its row sums s
+    pass over the kernel; also E = $e^{\\log \\mathcal K + \\ell - \\max}$ and its row sums s
     ($\\Gamma$ = E / s), kept for `semidual_hessian`."""
     E = logK + log_v.unsqueeze(-2)  # (P, n, m)  log K + ell
     mx = E.amax(-1, keepdim=True)  # (P, n, 1)
@@ -101,7 +101,7 @@ def semidual_plan(
 def semidual_hessian(
     T: torch.Tensor,  # (P, n, m) plan from `semidual_plan`
     c: torch.Tensor,  # (P, m) its column mass
-    E: torch.Tensor,  # (P, n, m) $e^{\log K + \ell - \max}$ at the same point
+    E: torch.Tensor,  # (P, n, m) $e^{\log \mathcal K + \ell - \max}$ at the same point
     s: torch.Tensor,  # (P, n, 1) row sums of E
 ) -> torch.Tensor:  # H (P, m, m)
     """$H = \\operatorname{diag}(b') - T^\\top \\Gamma$ (N2), $b'$ = `c`, at the point
@@ -110,7 +110,7 @@ def semidual_hessian(
 
 # %% ../../nbs/6_appendix/27_newton.ipynb #5e9d2c41
 def semidual_point(
-    logK: torch.Tensor,  # (P, n, m) $\log K = -M/\varepsilon$
+    logK: torch.Tensor,  # (P, n, m) $\log \mathcal K = -M/\varepsilon$
     a: torch.Tensor,  # (P, n) row weights (0 = padding)
     b: torch.Tensor,  # (P, m) column weights (0 = padding, where log_v = -inf)
     log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$

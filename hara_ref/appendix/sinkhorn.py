@@ -31,7 +31,7 @@ __all__ = ['scaling_step', 'SinkhornConvergenceWarning', 'empty_result', 'relax_
 
 # %% ../../nbs/6_appendix/26_sinkhorn_batched.ipynb #ea635c5a
 def scaling_step(
-    Kt: torch.Tensor,  # (..., n, m) stabilised kernel $\tilde K$
+    Kt: torch.Tensor,  # (..., n, m) stabilised kernel $\tilde{\mathcal K}$
     u: torch.Tensor,  # (..., n) current row correction $\tilde u$
     a: torch.Tensor,  # (..., n) source weights
     b: torch.Tensor,  # (..., m) target weights
@@ -41,13 +41,14 @@ def scaling_step(
     # over-relaxation $\omega$ (scalar or (..., 1)); 1 = plain Sinkhorn
     omega: float | torch.Tensor = 1.0,
 ) -> tuple:  # (u, v, ok): new corrections, and (...,) bool "finite and within $e^{\pm\vartheta}$"
-    """One exp-domain Sinkhorn iteration on the stabilised kernel: $\\tilde v = b / \\tilde K^\\top
-    \\tilde u$, $\\tilde u = a / \\tilde K \\tilde v$ (over-relaxed: $\\tilde
-    v^{1-\\omega}(\\cdot)^\\omega$)."""
+    """One exp-domain Sinkhorn iteration on the stabilised kernel:
+    $\\tilde v = b / \\tilde{\\mathcal K}^\\top \\tilde u$,
+    $\\tilde u = a / \\tilde{\\mathcal K} \\tilde v$
+    (over-relaxed: $\\tilde v^{1-\\omega}(\\cdot)^\\omega$)."""
     sor = not (isinstance(omega, float) and omega == 1.0)
     # (..., m)  row-vector products are the fast batched gemv on CPU
     Ktu = (u.unsqueeze(-2) @ Kt).squeeze(-2)
-    # (..., m)  $\tilde v^{1-\omega}(b/\tilde K^\top\tilde u)^\omega$ with one pow
+    # (..., m)  $\tilde v^{1-\omega}(b/\tilde{\mathcal K}^\top\tilde u)^\omega$ with one pow
     v_new = b / Ktu if not sor else v * (b / (Ktu * v)) ** omega
     v = torch.where(b > 0, v_new, torch.ones_like(b))  # (..., m) padding keeps correction 1
     Kv = (v.unsqueeze(-2) @ Kt.transpose(-1, -2)).squeeze(-2)  # (..., n)
@@ -78,8 +79,8 @@ def _fold(log_u, log_v, u, v, sel):
 
 
 def _kernel(logK, log_u, log_v, Kt=None, sel=None):
-    """Stabilised kernel $\\tilde K = e^{\\log K + \\log u + \\log v}$ (..., n, m): built for all
-    items, or rebuilt in place for the selected ones."""
+    """Stabilised kernel $\\tilde{\\mathcal K} = e^{\\log \\mathcal K + \\log u + \\log v}$
+    (..., n, m): built for all items, or rebuilt in place for the selected ones."""
     # one allocation
     if Kt is None or sel is None or bool(sel.all()):
         return (logK + log_u.unsqueeze(-1)).add_(log_v.unsqueeze(-2)).exp_()
@@ -97,8 +98,8 @@ def _log_iteration(logK, log_a, log_b, log_u, log_v, active):
 
 # %% ../../nbs/6_appendix/26_sinkhorn_batched.ipynb #f1f68dca
 def _start(a, b, M, reg, log_u0, log_v0=None, tau=math.inf):
-    """Stand-in weights for absent items, log-weights, log-kernel, potentials, $\\tilde K$, and
-    (...,) bool: iteration 0 was run in log domain."""
+    """Stand-in weights for absent items, log-weights, log-kernel, potentials,
+    $\\tilde{\\mathcal K}$, and (...,) bool: iteration 0 was run in log domain."""
     present = a.sum(-1) > 0  # (...,) absent items get a stand-in `a` and, at the end, a zero plan
     a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / a.shape[-1]))  # (..., n)
     logK, log_a, log_b = M / (-reg), a.log(), b.log()  # (..., n, m), (..., n), (..., m)
@@ -155,10 +156,11 @@ def empty_result(M, n, m, log):
 
 
 def _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present):
-    """Plan after a last exact $u$-update, $\\operatorname{diag}(a)\\,\\mathrm{softmax}_j(\\log K +
-    \\log v)$, zero for absent items; and its potentials."""
+    """Plan after a last exact $u$-update,
+    $\\operatorname{diag}(a)\\,\\mathrm{softmax}_j(\\log \\mathcal K + \\log v)$, zero for absent
+    items; and its potentials."""
     a = log_a.exp()  # (..., n); $\tilde u$ is replaced by the exact update, $\tilde v$ folded in
-    # (..., n) row sums of $\tilde K\operatorname{diag}(\tilde v)$, (..., m)
+    # (..., n) row sums of $\tilde{\mathcal K}\operatorname{diag}(\tilde v)$, (..., m)
     rows, log_v = (Kt @ v.unsqueeze(-1)).squeeze(-1), log_v + v.log()
     # (...,) rows usable
     fast = ((rows > torch.finfo(Kt.dtype).tiny / torch.finfo(Kt.dtype).eps) | (a == 0)).all(-1)
@@ -283,7 +285,7 @@ def sinkhorn_log(
         torch.full_like(active, math.inf, dtype=M.dtype),
         torch.zeros_like(active, dtype=torch.long),
     )
-    u, v = torch.ones_like(a), torch.ones_like(b)  # corrections on $\tilde K$
+    u, v = torch.ones_like(a), torch.ones_like(b)  # corrections on $\tilde{\mathcal K}$
     every, pending = True, 0  # all items active; iterations not yet counted in n_item
     # (..., 1) per-item omega, 1 at first
     w = 1.0 if omega == 1 else torch.ones(active.shape + (1,), dtype=M.dtype, device=M.device)

@@ -39,7 +39,7 @@ def lse_update(
     logK: torch.Tensor,
     log_s: torch.Tensor,  # (..., q) log-scaling of the other side
 ) -> torch.Tensor:  # (..., p) new log-scaling of the updated side
-    "One log-domain Sinkhorn half-step: $\\log w - \\mathrm{LSE}_q(\\log K + \\log s)$."
+    "One log-domain Sinkhorn half-step: $\\log w - \\mathrm{LSE}_q(\\log \\mathcal K + \\log s)$."
     lse = torch.logsumexp(logK + log_s.unsqueeze(-2), dim=-1)  # (..., p)
     # rows that are entirely padding (all -inf) give lse = -inf; keep them at -inf, never nan
     # (..., p)
@@ -140,7 +140,7 @@ def marginal_error(
     logK: torch.Tensor,  # (..., n, m) $-M/\varepsilon$
     b: torch.Tensor,  # (..., m) target column marginal
 ) -> torch.Tensor:  # (...,) $\lVert T^\top\mathbf 1 - b\rVert_2$
-    "Column-marginal violation of the plan $T = e^{\\log u + \\log K + \\log v}$."
+    "Column-marginal violation of the plan $T = e^{\\log u + \\log \\mathcal K + \\log v}$."
     plan = torch.exp(log_u.unsqueeze(-1) + logK + log_v.unsqueeze(-2))  # (..., n, m)
     return (plan.sum(-2) - b).norm(dim=-1)  # (...,)
 
