@@ -14,14 +14,13 @@ import torch
 from hara_ref.testing import (
     QUANTITIES,
     assert_conforms,
-    check_vectors,
-    write_vectors,
     upcast,
     _plans_oracle,
     _novelty_oracle,
     _bary_oracle,
 )
 from hara_ref.testing.strategies import build_case, case_flags
+from hara_ref.testing.vectors import check_vectors, write_vectors
 from hara_ref.rlvr.grpo import group_advantages, ppo_clip_loss, k3_kl
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.ot.fgw_barycenter import sq_dists

@@ -67,7 +67,7 @@ class ExperimentConfig:
     n_layers: int = 2  # ... and layers
     heldout_frac: float = 0.1  # share of the data's prompts held out for evaluation
     # 'ours': chapter 18_loop's trainer; 'trl': TRL's GRPOTrainer with HARA
-    # (chapters 22_trl, 23_trl_train)
+    # (chapters 23_trl, 24_trl_train)
     engine: str = 'ours'
 
     def __post_init__(self):
@@ -558,7 +558,7 @@ def summarize(runs: dict, start_eval: dict | None = None) -> tuple:
 
 def paired_lines(rows: list) -> list:
     """Each variant against the first, paired by seed: mean difference of final pass@1 and pass@k
-    with its 95% interval (chapter 34_report)."""
+    with its 95% interval (chapter 35_report)."""
     from hara_ref.appendix.report import paired
 
     if len(rows) < 2:
