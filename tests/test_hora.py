@@ -1,4 +1,4 @@
-"""Property tests, cross-checks and failure cases for hara_ref.appendix.hora (chapter 31_hora): hit
+"""Property tests, cross-checks and failure cases for hara_ref.appendix.hora (chapter 32_hora): hit
 utility, greedy allocation, the trainer hook."""
 
 import itertools

@@ -1,5 +1,5 @@
 """Property tests, cross-checks and failure cases for hara_ref.appendix.hp_rlvr (chapter
-32_hp_rlvr): hindsight weights, historical baseline, the trainer step."""
+33_hp_rlvr): hindsight weights, historical baseline, the trainer step."""
 
 import math
 import os

@@ -1,4 +1,4 @@
-"""The conformance kit (chapter 21_conformance): the oracle conforms to itself, each deliberately
+"""The conformance kit (chapter 22_conformance): the oracle conforms to itself, each deliberately
 broken implementation fails with a short shrunk case that pastes into a test, and the committed
 vectors are the oracle's own regression suite."""
 
