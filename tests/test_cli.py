@@ -18,6 +18,17 @@ def test_help_lists_commands():
         assert cmd in r.stdout
 
 
+def test_help_imports_neither_torch_nor_pot():
+    "The entry point only dispatches: its help loads no subcommand's heavy dependencies."
+    code = (
+        'import sys; from hara_ref.practice.cli import main; main(["--help"]); '
+        "print(sorted(m for m in ('torch', 'ot', 'transformers') if m in sys.modules))"
+    )
+    r = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == '[]'
+
+
 def test_no_args_prints_usage():
     r = _run()
     assert r.returncode == 0 and r.stdout.startswith('usage: hara-ref')

@@ -12,7 +12,7 @@ from hara_ref.ot.complexity import (
     pot_fgw_barycenter,
     timed,
 )
-from hara_ref.practice.cli import bench_ot_cli
+from hara_ref.practice.commands import bench_ot_cli
 from hara_ref.appendix.bench import format_barycenter_row
 
 

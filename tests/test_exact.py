@@ -1,4 +1,4 @@
-"""Exact FGW barycenters inside HARA (chapter 31_exact): weights, relative novelty, the objective
+"""Exact FGW barycenters inside HARA (chapter 32_exact): weights, relative novelty, the objective
 against the linearized Z, dtypes, bad input."""
 
 import pytest

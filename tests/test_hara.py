@@ -20,7 +20,7 @@ from hara_ref.hara.baselines import (
     token_entropy,
     window_starts,
 )
-from hara_ref.practice.cli import bench_hara_cli
+from hara_ref.practice.commands import bench_hara_cli
 from hara_ref.rlvr.grpo import base_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
 from test_hara_novelty import gauss_batch as _gauss_batch  # i.i.d. Gaussian rollouts, 4 prompts x 8
@@ -29,14 +29,14 @@ SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[Health
 # Fixed iteration counts (outer and inner, per-item Sinkhorn stopping in float64): then a rollout's
 # numbers do not
 # depend on which other groups share the batch, up to rounding. `group_barycenters` (chapter
-# 30_barycenters) also stops each outcome group
+# 31_barycenters) also stops each outcome group
 # on its own `tol`, so packing is invariant with the defaults too
 # (`test_padding_and_packing_change_nothing_default_tol`).
 EXACT = dict(bary_kw=dict(max_iter=3, tol=0.0, inner_rtol=0.0, stop_thr=1e-10, inner_iter=200))
 # Properties that hold at any iterate (bounds, padding) are checked on a short solve: random tiny
 # batches have no
 # structure and the converged barycenter takes hundreds of iterations there (chapter
-# 30_barycenters), which the default-tolerance
+# 31_barycenters), which the default-tolerance
 # and convergence tests below cover.
 SHORT = dict(bary_kw=dict(max_iter=30, tol=1e-3))
 

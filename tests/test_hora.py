@@ -1,4 +1,4 @@
-"""Property tests, cross-checks and failure cases for hara_ref.appendix.hora (chapter 32_hora): hit
+"""Property tests, cross-checks and failure cases for hara_ref.appendix.hora (chapter 33_hora): hit
 utility, greedy allocation, the trainer hook."""
 
 import itertools
@@ -23,7 +23,7 @@ from hara_ref.appendix.hora import (
     allocate_greedy,
     hora_rollouts,
 )
-from hara_ref.practice.cli import hora_variants, compare_hora_cli
+from hara_ref.practice.commands import hora_variants, compare_hora_cli
 import numpy as np
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
 from hara_ref.train.rl import TrainConfig

@@ -1,5 +1,5 @@
 """Property tests, cross-checks and failure cases for hara_ref.appendix.hp_rlvr (chapter
-33_hp_rlvr): hindsight weights, historical baseline, the trainer step."""
+34_hp_rlvr): hindsight weights, historical baseline, the trainer step."""
 
 import math
 import os
@@ -24,7 +24,7 @@ from hara_ref.appendix.hp_rlvr import (
     response_logits,
     hp_rlvr_step,
 )
-from hara_ref.practice.cli import hp_variants, compare_hp_cli
+from hara_ref.practice.commands import hp_variants, compare_hp_cli
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
 from hara_ref.rlvr.basics import rounding_tol
 from hara_ref.train.rl import TrainConfig, rl_step

@@ -338,7 +338,7 @@ def hara_novelty(
     plan_kw: dict | None = None,
     # the inputs already went through `check_rollouts` (skip a second pass over hidden)
     checked: bool = False,
-    # 'linearized' (`group_barycenters`) | 'exact' (chapter 31_exact's `exact_group_barycenters`; no
+    # 'linearized' (`group_barycenters`) | 'exact' (chapter 32_exact's `exact_group_barycenters`; no
     # final plans)
     barycenter: str = 'linearized',
     # the group's stage versions: 'geometric' median (ours) | 'entrywise' median

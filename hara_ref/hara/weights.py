@@ -126,7 +126,7 @@ def hara_advantages(
     # metric, alpha (0.25), L_b (32), reg (0.05), normalize ('unit'), bary_kw, final_plans,
     # plan_kw,
     **novelty_kw,
-) -> tuple:  # barycenter ('linearized' | 'exact', chapter 31_exact)
+) -> tuple:  # barycenter ('linearized' | 'exact', chapter 32_exact)
     """HARA oracle: token advantages (B, T), base advantages reweighted by FGW novelty; a record.
     Inputs that require grad (hidden, rewards, advantages) are detached: the weights carry no
     gradient, and the advantages returned hold no graph."""

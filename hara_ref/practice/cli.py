@@ -8,7 +8,6 @@ import argparse
 import dataclasses
 import importlib
 import inspect
-import json
 import re
 import sys
 import time
@@ -16,10 +15,8 @@ import typing
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['COMMANDS', 'TRAIN_FLAGS', 'main', 'field_comments', 'add_dataclass_flags', 'train_parser', 'configs_from_args',
-           'hooks_for', 'train_cli', 'compare_rows', 'curve_rows', 'compare_table', 'compare_cli', 'hora_variants',
-           'compare_hora_cli', 'hp_variants', 'compare_hp_cli', 'study_cli', 'bench_ot_cli', 'bench_hara_cli',
-           'bench_scale_cli']
+__all__ = ['COMMANDS', 'TRAIN_FLAGS', 'main', 'field_comments', 'add_dataclass_flags', 'csv_values', 'seed_values',
+           'train_parser', 'as_flags', 'configs_from_args', 'hooks_for', 'train_cli']
 
 # %% ../../nbs/5_practice/27_cli.ipynb #294267e7
 COMMANDS = {  # subcommand path -> (module, function, one-line help)
@@ -29,32 +26,32 @@ COMMANDS = {  # subcommand path -> (module, function, one-line help)
         'RLVR training of a Qwen3 model: SFT warm-start, then GRPO vs HARA',
     ),
     ('bench', 'ot'): (
-        'hara_ref.practice.cli',
+        'hara_ref.practice.commands',
         'bench_ot_cli',
         'benchmark: linearized vs exact FGW barycenter, batched Sinkhorn vs POT',
     ),
     ('bench', 'hara'): (
-        'hara_ref.practice.cli',
+        'hara_ref.practice.commands',
         'bench_hara_cli',
         'benchmark: hara_advantages vs its matrix-product lower bound',
     ),
     ('bench', 'scale'): (
-        'hara_ref.practice.cli',
+        'hara_ref.practice.commands',
         'bench_scale_cli',
         'benchmark: HARA\'s share of an RLVR step of Qwen3 0.6B-8B shapes, with FLOP counts',
     ),
     ('study',): (
-        'hara_ref.practice.cli',
+        'hara_ref.practice.commands',
         'study_cli',
         "the paper's experiments at our scale: Tables 1-4, Figures 4-7, paired over seeds",
     ),
     ('compare', 'hora'): (
-        'hara_ref.practice.cli',
+        'hara_ref.practice.commands',
         'compare_hora_cli',
         'uniform vs HORA rollout allocation (GRPO, RLOO), compute-matched, over seeds',
     ),
     ('compare', 'hp-rlvr'): (
-        'hara_ref.practice.cli',
+        'hara_ref.practice.commands',
         'compare_hp_cli',
         'GRPO vs HP-RLVR at 1/G and at matched rollouts, over seeds',
     ),
@@ -147,13 +144,13 @@ def add_dataclass_flags(
     return parser
 
 # %% ../../nbs/5_practice/27_cli.ipynb #e8cb9a98
-def _csv(s: str) -> tuple:
+def csv_values(s: str) -> tuple:
     return tuple(x.strip() for x in str(s).split(',') if x.strip())
 
 
-def _seeds(s: str) -> tuple:
+def seed_values(s: str) -> tuple:
     "`3` -> (0, 1, 2); `0,5` -> (0, 5)."
-    v = _csv(s)
+    v = csv_values(s)
     return tuple(range(int(v[0]))) if len(v) == 1 else tuple(int(x) for x in v)
 
 
@@ -161,7 +158,7 @@ def _seeds(s: str) -> tuple:
 TRAIN_FLAGS = dict(
     skip=('reweight', 'seed'),  # TrainConfig fields the experiment sets per run
     rename={'reweights': 'reweight', 'n_layers': 'layers'},
-    parse={'reweights': _csv, 'seeds': _seeds},
+    parse={'reweights': csv_values, 'seeds': seed_values},
     short={'group_size': ('-G',)},
 )
 
@@ -183,7 +180,7 @@ def train_parser() -> argparse.ArgumentParser:
     return p
 
 # %% ../../nbs/5_practice/27_cli.ipynb #89769867
-def _as_flags(msg: str, names) -> str:
+def as_flags(msg: str, names) -> str:
     """A config error in flag names: a field in backticks, or any field name with an underscore,
     becomes its flag."""
     for n in sorted(names, key=len, reverse=True):
@@ -244,7 +241,7 @@ def configs_from_args(args) -> tuple:
     try:
         ex, cfg = ExperimentConfig(**kw_ex), TrainConfig(**kw_tr)
     except ValueError as e:
-        raise ValueError(_as_flags(str(e), [*kw_ex, *kw_tr])) from None
+        raise ValueError(as_flags(str(e), [*kw_ex, *kw_tr])) from None
     _check_paths(ex)
     if ex.engine == 'ours' or not ex.resume:  # a fresh run never writes over results
         from hara_ref.train.experiment import experiment_plan
@@ -252,7 +249,7 @@ def configs_from_args(args) -> tuple:
         try:
             experiment_plan(ex, cfg)
         except ValueError as e:
-            raise ValueError(_as_flags(str(e), [*kw_ex, *kw_tr])) from None
+            raise ValueError(as_flags(str(e), [*kw_ex, *kw_tr])) from None
     return ex, cfg
 
 # %% ../../nbs/5_practice/27_cli.ipynb #clihook2
@@ -308,309 +305,3 @@ def train_cli(argv: list | None = None) -> int:
     title = f"{cfg.method}: held-out pass@1 from {start['pass1']:.3f} (start)"
     print(finish_experiment(ex.out, runs, start, title, t0))
     return 0
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmdim
-import platform
-import warnings
-from dataclasses import asdict, replace
-import ot
-import torch
-from ..hara.novelty import BARY_DEFAULTS
-from .study import StudyConfig, study_cells, study_plan, run_study
-from ..train.policy import write_results
-from ..appendix.scale import SCALE_CHOICES, BenchScaleConfig, bench_scale_main
-from hara_ref.appendix.bench import (
-    BENCH_OT_CHOICES,
-    BenchHaraConfig,
-    BenchOtConfig,
-    bench_hara,
-    bench_ot,
-)
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmd02
-def compare_rows(runs: dict, start: dict | None = None, rollouts: dict | None = None) -> tuple:
-    """(columns, rows) per variant: mean ± std over seeds of final pass@1 / pass@k and of training
-    statistics (each averaged over a run's steps)."""
-    from hara_ref.train.results import by_variant
-
-    def ms(vals, d=3):
-        v = torch.tensor(vals, dtype=torch.float64)
-        return f"{v.mean():.{d}f} ± {(v.std() if len(v) > 1 else torch.tensor(0.0)):.{d}f}"
-
-    last = lambda r: [x for x in r if x['kind'] == 'eval'][-1]
-    train = lambda r: [x for x in r if x['kind'] == 'train']
-    tr = lambda r, k: sum(x.get(k, 0.0) for x in train(r)) / max(1, len(train(r)))
-    k = last(next(iter(runs.values())))['k']
-    cols = ['variant', 'rollouts/step', 'seeds', 'pass@1', f'pass@{k}', 'per-seed pass@1']
-    cols += ['train hit rate', 'zero-std share', 'zero-grad records', 'train reward']
-    cols += ['largest group']
-    rows = []
-    if start:
-        rows.append(['start (SFT)', '', '', f"{start['pass1']:.3f}", f"{start['passk']:.3f}"])
-        rows[-1] += [''] * (len(cols) - 5)
-    for v, rl in by_variant(runs).items():
-        zg = [x.get('zero_grad_frac', 0.0) * x.get('n_updates', 0) for r in rl for x in train(r)]
-        nu = [x.get('n_updates', 0) for r in rl for x in train(r)]
-        big = 'max_group' in train(rl[0])[0] if train(rl[0]) else False
-        rows.append(
-            [v, (rollouts or {}).get(v, ''), len(rl)]
-            + [ms([last(r)[key] for r in rl]) for key in ('pass1', 'passk')]
-            + [', '.join(f"{last(r)['pass1']:.3f}" for r in rl)]
-            + [ms([tr(r, key) for r in rl]) for key in ('hit_frac', 'zero_std_frac')]
-            + [f"{round(sum(zg))} / {sum(nu)}", ms([tr(r, 'reward') for r in rl])]
-            + [ms([tr(r, 'max_group') for r in rl], 1) if big else '']
-        )
-    return cols, rows
-
-
-def curve_rows(runs: dict) -> tuple:
-    "(columns, rows): held-out pass@1 at every evaluation step, mean over each variant's seeds."
-    from hara_ref.train.results import by_variant
-
-    out = {}
-    for v, rl in by_variant(runs).items():
-        evals = [{x['step']: x['pass1'] for x in r if x['kind'] == 'eval'} for r in rl]
-        steps = sorted(set.intersection(*(set(e) for e in evals)))
-        out[v] = {s: sum(e[s] for e in evals) / len(evals) for s in steps}
-    steps = sorted(set.intersection(*(set(c) for c in out.values())))
-    return ['variant', *map(str, steps)], [
-        [v, *(f"{c[s]:.3f}" for s in steps)] for v, c in out.items()
-    ]
-
-
-def compare_table(runs: dict, start: dict | None = None, rollouts: dict | None = None) -> str:
-    "`compare_rows` as a markdown table."
-    cols, rows = compare_rows(runs, start, rollouts)
-    lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
-    return '\n'.join(lines + ['| ' + ' | '.join(map(str, r)) + ' |' for r in rows])
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmd03
-def compare_cli(argv: list, prog: str, variants_of) -> int:
-    """Body of `hara-ref compare ...`: `hara-ref train`'s flags, the variants `variants_of(cfg)`
-    returns, a markdown table."""
-    from hara_ref.train.experiment import set_threads, experiment_plan, run_variants
-
-    p = train_parser()
-    p.prog, p.description = (
-        prog,
-        f"{prog}: compute-matched comparison over seeds (flags as for hara-ref train; "
-        "--method/--reweight are set per variant).",
-    )
-    try:
-        args = p.parse_args(list(argv))
-    except SystemExit as e:
-        return int(e.code or 0)
-    args.method, args.reweight, args.allocation = 'grpo', 'none', 'uniform'
-    try:
-        ex, cfg = configs_from_args(args)
-        variants, rollouts = variants_of(cfg)
-        experiment_plan(ex, cfg, variants)  # the comparison's own run folders
-    except (ValueError, FileNotFoundError) as e:
-        print(f"{prog}: error: {_as_flags(str(e), vars(args))}", file=sys.stderr)
-        return 2
-    set_threads(ex.threads)
-    t0 = time.time()
-    print(
-        f"{prog} -> {ex.out}: {', '.join(variants)} x seeds {list(ex.seeds)}, {cfg.steps} steps, "
-        f"{ex.workers} worker(s) x {ex.threads} thread(s)",
-        flush=True,
-    )
-    runs, start = run_variants(ex, variants, hooks=hooks_for(*variants.values()), cfg=cfg)
-    table = compare_table(runs, start, rollouts)
-    (Path(ex.out) / 'compare.md').write_text(table + '\n')
-    wall = time.time() - t0
-    write_results(
-        Path(ex.out) / 'compare.json',
-        {prog: compare_rows(runs, start, rollouts), 'held-out pass@1 by step': curve_rows(runs)},
-        ' '.join([prog, *argv]),
-        f"task {ex.task}, {ex.sft_steps} SFT steps, {cfg.steps} RL steps x "
-        f"{cfg.prompts_per_step} prompts x G = {cfg.group_size}, seeds {list(ex.seeds)}, "
-        f"{cfg.eval_prompts} held-out prompts x {cfg.eval_samples} samples",
-        f"{ex.workers} worker(s) x {ex.threads} thread(s)",
-        dict(wall_s=round(wall)),
-    )
-    print(table)
-    print(f"wall time {wall:.0f} s; tables with provenance: {Path(ex.out) / 'compare.json'}")
-    return 0
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmd04
-def hora_variants(cfg) -> tuple:
-    """GRPO and RLOO, each with uniform and HORA allocation, all at N*G rollouts per step: ({name:
-    TrainConfig}, {name: rollouts})."""
-    v = {
-        f"{m}-{a}": replace(cfg, method=m, reweight='none', allocation=a)
-        for m in ('grpo', 'rloo')
-        for a in ('uniform', 'hora')
-    }
-    return v, {k: cfg.prompts_per_step * cfg.group_size for k in v}
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmd05
-def compare_hora_cli(argv: list | None = None) -> int:
-    """`hara-ref compare hora`: uniform vs HORA allocation for GRPO and RLOO, compute-matched, over
-    seeds."""
-    return compare_cli(
-        sys.argv[1:] if argv is None else argv, 'hara-ref compare hora', hora_variants
-    )
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmd06
-def hp_variants(cfg) -> tuple:
-    """GRPO (N prompts x G), HP-RLVR (N x 1) and HP-RLVR (N*G x 1): ({name: TrainConfig}, {name:
-    rollouts per step})."""
-    N, G = cfg.prompts_per_step, cfg.group_size
-    v = {
-        f"grpo-G{G}": replace(cfg, method='grpo', reweight='none'),
-        f"hp-rlvr-P{N}": replace(cfg, method='hp-rlvr', reweight='none', group_size=1),
-        f"hp-rlvr-P{N * G}": replace(
-            cfg, method='hp-rlvr', reweight='none', group_size=1, prompts_per_step=N * G
-        ),
-    }
-    return v, dict(zip(v, (N * G, N, N * G)))
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmd07
-def compare_hp_cli(argv: list | None = None) -> int:
-    """`hara-ref compare hp-rlvr`: GRPO vs HP-RLVR at 1/G of its rollouts and at matched rollouts,
-    over seeds."""
-    import sys
-
-    return compare_cli(
-        sys.argv[1:] if argv is None else argv, 'hara-ref compare hp-rlvr', hp_variants
-    )
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmd08
-def study_cli(argv: list | None = None) -> int:
-    """`hara-ref study`: the grid of chapter 26_study, then the tables and figures of chapter
-    36_report."""
-    from hara_ref.appendix.report import write_report
-
-    p = argparse.ArgumentParser(
-        prog='hara-ref study',
-        description=study_cli.__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    parse = {'seeds': _seeds, 'only': _csv}
-    args = add_dataclass_flags(p, StudyConfig, parse=parse).parse_args(argv)
-    try:
-        sc = StudyConfig(**vars(args))
-        cells = study_cells(sc)
-        study_plan(sc, cells, verbose=False)
-    except ValueError as e:  # refused before any work
-        msg = str(e).replace('`allow_config_change`', '--allow-config-change')
-        print(f"hara-ref study: error: {msg}", file=sys.stderr)
-        return 2
-    print(
-        f"hara-ref study -> {sc.out}: {len(cells)} cells x {len(sc.seeds)} seeds, {sc.steps} "
-        f"steps, {sc.workers} workers x {sc.threads} threads",
-        flush=True,
-    )
-    meta = run_study(sc)
-    print(write_report(sc.out))
-    print(f"\n{meta['ran']} runs in {meta['wall_s'] / 60:.1f} min; results in {sc.out}")
-    return 0
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmd09
-def bench_ot_cli(
-    argv: list | None = None,  # command-line arguments after `hara-ref bench ot`
-) -> int:  # exit code
-    """`hara-ref bench ot`: linearized barycenter vs POT's exact FGW barycenter, batched Sinkhorn vs
-    POT; prints the ratios."""
-    p = argparse.ArgumentParser(
-        prog='hara-ref bench ot',
-        description=bench_ot_cli.__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    c = BenchOtConfig(
-        **vars(add_dataclass_flags(p, BenchOtConfig, choices=BENCH_OT_CHOICES).parse_args(argv))
-    )
-    if c.threads > 0:
-        torch.set_num_threads(c.threads)
-    if c.quick:
-        c = replace(c, L=(128, 256), sk_K=4, sk_L=128, pot_full_max_L=128)
-    print(
-        f"hara-ref bench ot: K={c.K} L_b={c.L_b} d={c.d} reg={c.reg} alpha={c.alpha} tol={c.tol} "
-        f"data={c.data} dtype={c.dtype} "
-        f"torch threads={torch.get_num_threads()} POT {ot.__version__} torch {torch.__version__}; "
-        "ratio = POT time / our time"
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        res = bench_ot(c)
-    if c.out:
-        with open(c.out, 'w') as f:
-            json.dump(dict(args=asdict(c), machine=platform.platform(), **res), f, indent=1)
-    return 0
-
-# %% ../../nbs/5_practice/27_cli.ipynb #clicmd10
-def _print_bench_hara(r: dict, c: BenchHaraConfig):
-    "The lines `hara-ref bench hara` prints."
-    print(
-        f"batch: {c.prompts} prompts x {c.rollouts} rollouts = {r['B']}, L={r['L']}, d={r['d']}, "
-        f"L_b={r['L_b']}, {r['dtype']}, "
-        f"CPU threads={torch.get_num_threads()}"
-    )
-    print(
-        f"outcome groups: {r['groups']} (largest {r['K']}); barycenter iterations: "
-        f"{r['bary_iters']} (max {c.max_iter}); "
-        f"inner solver steps: {r['inner_iters']} (max {c.inner_iter} per barycenter iteration)"
-    )
-    print(f"hara_advantages ({c.granularity}): {r['t_hara']:.4f} s")
-    print(f"lower bound, one h @ Z^T per rollout: {r['t_matmul']:.4f} s")
-    print(f"ratio: {r['ratio']:.1f}")
-    print(
-        f"matrix products of that size the barycenter iterations need: {r['products']:.1f} per "
-        "rollout "
-        f"(1 + 2 per iteration); the rest of the ratio is the inner solver and elementwise work"
-    )
-
-
-def bench_hara_cli(argv: list | None = None) -> int:
-    """`hara-ref bench hara`: time hara_advantages against its matrix-product lower bound; print the
-    ratio."""
-    p = argparse.ArgumentParser(
-        prog='hara-ref bench hara',
-        description=bench_hara_cli.__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    c = BenchHaraConfig(
-        **vars(
-            add_dataclass_flags(
-                p, BenchHaraConfig, choices=dict(granularity=('seq', 'tok'))
-            ).parse_args(argv)
-        )
-    )
-    if c.quick:
-        c = replace(c, prompts=2, rollouts=8, length=128, dim=64)
-    if c.threads:
-        torch.set_num_threads(c.threads)
-    bary_kw = {
-        **BARY_DEFAULTS,
-        'max_iter': c.max_iter,
-        'inner_iter': c.inner_iter,
-        'anderson': c.anderson,
-    }
-    r = bench_hara(
-        c.prompts,
-        c.rollouts,
-        c.length,
-        c.dim,
-        c.L_b,
-        c.repeats,
-        torch.float64 if c.float64 else torch.float32,
-        c.granularity,
-        bary_kw=bary_kw,
-    )
-    _print_bench_hara(r, c)
-    return 0 if r['finite'] else 1
-
-# %% ../../nbs/5_practice/27_cli.ipynb #38857543
-def bench_scale_cli(
-    argv: list | None = None,  # command-line arguments after `hara-ref bench scale`
-) -> int:  # exit code
-    """`hara-ref bench scale`: HARA's share of an RLVR step of Qwen3 0.6B-8B shapes (chapter
-    What HARA costs at Qwen3 scale, `bench_scale_main`)."""
-    p = argparse.ArgumentParser(
-        prog='hara-ref bench scale',
-        description=bench_scale_cli.__doc__,
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    args = add_dataclass_flags(p, BenchScaleConfig, choices=SCALE_CHOICES).parse_args(argv)
-    return bench_scale_main(BenchScaleConfig(**vars(args)))

@@ -126,7 +126,7 @@ def summarize(runs: dict, start_eval: dict | None = None) -> tuple:
 
 def paired_lines(rows: list) -> list:
     """Each variant against the first, paired by seed: mean difference of final pass@1 and pass@k
-    with its 95% interval (chapter 36_report)."""
+    with its 95% interval (chapter 37_report)."""
     from hara_ref.appendix.report import paired
 
     if len(rows) < 2:

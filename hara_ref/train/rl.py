@@ -69,9 +69,9 @@ def rl_step_reference(
     return t
 
 # %% ../../nbs/4_train/17_rl.ipynb #029c8aca
-# hp-rlvr: one rollout per prompt, hindsight credit (chapter 33_hp_rlvr)
+# hp-rlvr: one rollout per prompt, hindsight credit (chapter 34_hp_rlvr)
 BASE_METHODS = ('grpo', 'drgrpo', 'dapo', 'rloo', 'hp-rlvr')
-ALLOCATIONS = ('uniform', 'hora')  # rollouts per prompt: G each, or HORA (chapter 32_hora)
+ALLOCATIONS = ('uniform', 'hora')  # rollouts per prompt: G each, or HORA (chapter 33_hora)
 # verl loss_agg_mode
 LOSS_AGG = {
     'grpo': 'seq-mean-token-mean',
@@ -87,7 +87,7 @@ class TrainConfig:
     """Every knob of a training run, checked on construction (the flags of `hara-ref train` are
     generated from it)."""
 
-    # base advantages: 'grpo' | 'drgrpo' | 'dapo' | 'rloo'; or 'hp-rlvr' (chapter 33_hp_rlvr)
+    # base advantages: 'grpo' | 'drgrpo' | 'dapo' | 'rloo'; or 'hp-rlvr' (chapter 34_hp_rlvr)
     method: str = 'grpo'
     # credit assignment: 'none' | 'hara-seq' | 'hara-tok' | 'shear' | 'entropy' | 'position'
     reweight: str = 'none'
@@ -108,7 +108,7 @@ class TrainConfig:
     alpha: float = 0.25  # HARA: FGW trade-off (0: W only, 1: GW only)
     # HARA novelty metric: 'fgw' | 'w' | 'gw' | 'embed' (chapter 12_novelty)
     metric: str = 'fgw'
-    # HARA: 'linearized' (chapter 30_barycenters) | 'exact' (chapter 31_exact)
+    # HARA: 'linearized' (chapter 31_barycenters) | 'exact' (chapter 32_exact)
     barycenter: str = 'linearized'
     L_b: int = 32  # HARA: barycenter size
     reg: float = 0.05  # HARA: entropic regulariser
@@ -124,7 +124,7 @@ class TrainConfig:
     save_every: int = 1
     seed: int = 0
     # rollouts per prompt: 'uniform' (G each) | 'hora' (first wave, rest by hit utility; chapter
-    # 32_hora)
+    # 33_hora)
     allocation: str = 'uniform'
     first_wave: int = 0  # HORA: first-wave rollouts per prompt (0: max(2, G // 2))
 
@@ -145,7 +145,7 @@ def train_config_errors(cfg: TrainConfig) -> list:
         bad.append(f"unknown `reweight` {cfg.reweight!r}: use one of {REWEIGHTS}")
     if cfg.allocation not in ALLOCATIONS:
         bad.append(f"`allocation` must be one of {ALLOCATIONS}, got {cfg.allocation!r}")
-    # one rollout per prompt, its own token credit, uniform allocation (chapter 33_hp_rlvr)
+    # one rollout per prompt, its own token credit, uniform allocation (chapter 34_hp_rlvr)
     if cfg.method == 'hp-rlvr':
         if cfg.reweight != 'none':
             bad.append("`method` hp-rlvr has its own token credit: use `reweight` none")
