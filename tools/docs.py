@@ -299,8 +299,12 @@ def link_chapters(body: str, names: set) -> str:
     )
 
 
-def build(nbs: list, out: Path, execute: bool = True, workers: int = 2) -> list:
-    "Run and render `nbs` into `out`; returns [(name, title, seconds)] in page order (index first)."
+def build(
+    nbs: list, out: Path, execute: bool = True, workers: int = 2, prune: bool = False
+) -> list:
+    """Run and render `nbs` into `out`; returns [(name, title, seconds)] in page order (index
+    first). `prune`: also delete the pages and screenshots of notebooks not in `nbs` (renamed or
+    removed ones)."""
     t0 = time.time()
     nbs = sorted(nbs, key=lambda p: (p.stem != 'index', p.stem != 'hara_math', p.stem))
     done = {}
@@ -331,6 +335,11 @@ def build(nbs: list, out: Path, execute: bool = True, workers: int = 2) -> list:
         if name == 'index':
             body = link_chapters(body, {n for n, _ in pages})
         (out / f'{name}.html').write_text(page_html(name, title, body, pages))
+    if prune:
+        names = {n for n, _ in pages}
+        for old in [*out.glob('*.html'), *(out / '_shots').glob('*.png')]:
+            if old.stem not in names:
+                old.unlink()
     print(f'docs: {len(pages)} pages in {out} ({time.time() - t0:.0f} s)')
     return [(n, t, done[n][2]) for n, t in pages]
 
@@ -353,4 +362,5 @@ if __name__ == '__main__':
     sys.path.insert(0, str(ROOT / 'tools'))
     import docs
 
-    docs.build([n.resolve() for n in a.notebooks] or all_notebooks(), a.out, a.execute, a.workers)
+    nbs = [n.resolve() for n in a.notebooks] or all_notebooks()
+    docs.build(nbs, a.out, a.execute, a.workers, prune=not a.notebooks)
