@@ -92,15 +92,15 @@ def layer_flops(
 def step_flops(
     cfg,  # a Qwen3Config
     B: int,  # sequences in the step (prompts x rollouts)
-    T_p: int,  # prompt tokens
-    T: int,  # completion tokens
+    L_p: int,  # prompt tokens
+    L: int,  # completion tokens
 ) -> dict:  # FLOPs of generation, scoring and update
     "Matrix-product FLOPs of the model phases of one RLVR step (causal attention counted once)."
-    n, head, S = cfg.num_hidden_layers, 2 * cfg.hidden_size * cfg.vocab_size, T_p + T
-    prefill = B * T_p * n * layer_flops(cfg, (T_p + 1) / 2)  # mean causal context
-    # one token per step, context T_p+1 .. T_p+T; layer_flops is affine in it: its mean
-    decode = B * T * (n * layer_flops(cfg, T_p + (T + 1) / 2) + head)
-    scoring = B * S * n * layer_flops(cfg, (S + 1) / 2) + B * T * head  # head on the completion
+    n, head, S = cfg.num_hidden_layers, 2 * cfg.hidden_size * cfg.vocab_size, L_p + L
+    prefill = B * L_p * n * layer_flops(cfg, (L_p + 1) / 2)  # mean causal context
+    # one token per step, context L_p+1 .. L_p+L; layer_flops is affine in it: its mean
+    decode = B * L * (n * layer_flops(cfg, L_p + (L + 1) / 2) + head)
+    scoring = B * S * n * layer_flops(cfg, (S + 1) / 2) + B * L * head  # head on the completion
     return dict(generation=prefill + decode, scoring=scoring, update=3 * scoring)
 
 # %% ../../nbs/6_appendix/36_scale.ipynb #2abe2989
@@ -201,8 +201,8 @@ def scale_row(
     hara: dict,  # `bench_hara` result on `hara_prompts` prompts
     prompts: int,  # P
     rollouts: int,  # G
-    prompt_len: int,  # T_p
-    length: int,  # T
+    prompt_len: int,  # L_p
+    length: int,  # L
     hara_prompts: int,  # prompts HARA was timed on
 ) -> dict:
     """One row of the scale table: each phase's FLOPs, time (FLOPs / its piece's rate) and rate;
@@ -249,8 +249,8 @@ class BenchScaleConfig:
     sizes: tuple[str, ...] = ('0.6B', '1.7B', '4B', '8B')  # Qwen3 shapes (QWEN3_SHAPES)
     prompts: int = 16  # P, prompts per step ...
     rollouts: int = 16  # ... times G rollouts
-    prompt_len: int = 256  # T_p, prompt tokens
-    length: int = 1024  # T, completion tokens
+    prompt_len: int = 256  # L_p, prompt tokens
+    length: int = 1024  # L, completion tokens
     layers: int = 2  # decoder layers timed (scaled to the model's count)
     tokens: int = 512  # tokens of the timed forward and forward + backward
     decode_batch: int = 32  # sequences of the timed decoding steps ...
