@@ -157,18 +157,19 @@ def _time_decode(
     g = torch.Generator().manual_seed(0)
     n = context + DECODE_WARM + repeat * steps
     ids = torch.randint(256, (batch, n), generator=g).to(device)  # (batch, n)
+    step = lambda out, s: model(input_ids=ids[:, s : s + 1], use_cache=True, **{kw: out[kw]})
     best = (math.inf, 0)
     with torch.no_grad():
         out = model(input_ids=ids[:, :context], use_cache=True)  # the prefill
-        for s in range(context, n):
-            start = s - context - DECODE_WARM  # steps into the timed blocks
-            if start >= 0 and start % steps == 0:
-                sync(device)
-                t0 = time.perf_counter()
-            out = model(input_ids=ids[:, s : s + 1], use_cache=True, **{kw: out[kw]})
-            if start >= 0 and start % steps == steps - 1:
-                sync(device)
-                best = min(best, (time.perf_counter() - t0, s + 1 - steps))
+        for s in range(context, context + DECODE_WARM):
+            out = step(out, s)
+        for start in range(context + DECODE_WARM, n, steps):  # one timed block
+            sync(device)
+            t0 = time.perf_counter()
+            for s in range(start, start + steps):
+                out = step(out, s)
+            sync(device)
+            best = min(best, (time.perf_counter() - t0, start))
     return best
 
 # %% ../../nbs/6_appendix/36_scale.ipynb #f5bc0d4e
