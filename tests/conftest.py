@@ -3,7 +3,6 @@
 import os
 
 import pytest
-import torch
 from hypothesis import settings
 
 # property tests draw the same examples on every run and machine, so a red CI is a regression;
@@ -11,16 +10,6 @@ from hypothesis import settings
 settings.register_profile('repeatable', derandomize=True)
 settings.register_profile('explore', derandomize=False)
 settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'repeatable'))
-
-
-@pytest.fixture(autouse=True)
-def _restore_process_state():
-    """The training CLI sets torch threads and flushes denormals for its workers; undo both so every
-    later test sees a normal process."""
-    n = torch.get_num_threads()
-    yield
-    torch.set_flush_denormal(False)
-    torch.set_num_threads(n)
 
 
 def pytest_collection_modifyitems(items):

@@ -71,8 +71,13 @@ def _check_run_folder(out, names):
 
 
 def test_local_checkpoint_and_math_data(ckpt_and_data, tmp_path, capsys, tiny):
+    """A run from a local checkpoint and data file, called in this process: it leaves the process's
+    torch threads, denormals and progress bars as it found them."""
+    from transformers.utils import logging as hf_logging
+
     ckpt, data = ckpt_and_data
     out = tmp_path / 'run'
+    threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
         rc = train_cli(
@@ -87,8 +92,12 @@ def test_local_checkpoint_and_math_data(ckpt_and_data, tmp_path, capsys, tiny):
                 'none,hara-tok',
             ]
             + tiny
+            + ['--threads', str(threads + 1)]  # not this process's count
         )
     assert rc == 0
+    assert torch.get_num_threads() == threads
+    assert hf_logging.is_progress_bar_enabled() == bars
+    assert (torch.tensor([1e-40]) * 1.0).item() > 0  # a float32 denormal is kept
     _check_run_folder(out, ['grpo-s0', 'grpo+hara-tok-s0'])
     assert 'pass@2' in capsys.readouterr().out
     assert not (out / 'sft').exists()  # a given model is not warm-started

@@ -287,12 +287,10 @@ def train_cli(argv: list | None = None) -> int:
         run_variants,
         experiment_variants,
         variant_name,
-        set_threads,
+        run_threads,
     )
     from hara_ref.train.results import finish_experiment
 
-    # the SFT and the start evaluation run here, at the workers' thread count
-    set_threads(ex.threads)
     t0 = time.time()
     print(
         f"hara-ref train -> {ex.out}  "
@@ -301,7 +299,10 @@ def train_cli(argv: list | None = None) -> int:
         f"G={cfg.group_size}, {cfg.steps} steps, {ex.workers} worker(s) x {ex.threads} thread(s))",
         flush=True,
     )
-    runs, start = run_variants(ex, experiment_variants(ex, cfg), hooks=hooks_for(cfg), cfg=cfg)
+    # the SFT and the start evaluation run here, at the workers' thread count
+    with run_threads(ex.threads):
+        variants = experiment_variants(ex, cfg)
+        runs, start = run_variants(ex, variants, hooks=hooks_for(cfg), cfg=cfg)
     title = f"{cfg.method}: held-out pass@1 from {start['pass1']:.3f} (start)"
     print(finish_experiment(ex.out, runs, start, title, t0))
     return 0

@@ -100,7 +100,7 @@ def compare_table(runs: dict, start: dict | None = None, rollouts: dict | None =
 def compare_cli(argv: list, prog: str, variants_of) -> int:
     """Body of `hara-ref compare ...`: `hara-ref train`'s flags, the variants `variants_of(cfg)`
     returns, a markdown table."""
-    from hara_ref.train.experiment import set_threads, experiment_plan, run_variants
+    from hara_ref.train.experiment import run_threads, experiment_plan, run_variants
 
     p = train_parser()
     p.prog, p.description = (
@@ -120,14 +120,15 @@ def compare_cli(argv: list, prog: str, variants_of) -> int:
     except (ValueError, FileNotFoundError) as e:
         print(f"{prog}: error: {as_flags(str(e), vars(args))}", file=sys.stderr)
         return 2
-    set_threads(ex.threads)
     t0 = time.time()
     print(
         f"{prog} -> {ex.out}: {', '.join(variants)} x seeds {list(ex.seeds)}, {cfg.steps} steps, "
         f"{ex.workers} worker(s) x {ex.threads} thread(s)",
         flush=True,
     )
-    runs, start = run_variants(ex, variants, hooks=hooks_for(*variants.values()), cfg=cfg)
+    with run_threads(ex.threads):
+        hooks = hooks_for(*variants.values())
+        runs, start = run_variants(ex, variants, hooks=hooks, cfg=cfg)
     table = compare_table(runs, start, rollouts)
     (Path(ex.out) / 'compare.md').write_text(table + '\n')
     wall = time.time() - t0

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..train.rl import TrainConfig
 from ..train.loop import resume_point
 from ..train.policy import read_json, read_jsonl
-from ..train.experiment import ExperimentConfig, experiment_plan, run_variants
+from ..train.experiment import ExperimentConfig, experiment_plan, run_variants, run_threads
 
 # %% auto #0
 __all__ = ['pilot_results', 'Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cells', 'run_dir', 'run_complete',
@@ -247,19 +247,22 @@ def study_plan(sc: StudyConfig, cells: list, verbose: bool = True) -> list:
 
 def run_study(sc: StudyConfig, progress: bool = True) -> dict:
     "Every run of every cell (complete ones left alone), each task in parallel; writes study.json."
-    import torch
-
     out, cells, t0 = Path(sc.out), study_cells(sc), time.time()
     plan = study_plan(sc, cells)
     out.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(sc.workers * sc.threads)
-    starts = {}
-    for task in dict.fromkeys(c.task for c in cells):
-        ex, variants = study_experiment(sc, task), study_variants(sc, cells, task)
-        # chapter 19_experiment's runner; the study keeps its settings in study.json
-        starts[task] = run_variants(
-            ex, variants, cfg=base_train_config(sc), progress=progress, verbose=False, config=False
-        )[1]
+    with run_threads(sc.workers * sc.threads):
+        starts = {}
+        for task in dict.fromkeys(c.task for c in cells):
+            ex, variants = study_experiment(sc, task), study_variants(sc, cells, task)
+            # chapter 19_experiment's runner; the study keeps its settings in study.json
+            starts[task] = run_variants(
+                ex,
+                variants,
+                cfg=base_train_config(sc),
+                progress=progress,
+                verbose=False,
+                config=False,
+            )[1]
     meta = dict(
         config=asdict(sc),
         cells=[asdict(c) | dict(key=c.key) for c in cells],

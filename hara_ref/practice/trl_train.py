@@ -248,7 +248,7 @@ def train_cli_trl(ex, cfg) -> int:
         run_variants,
         experiment_variants,
         variant_name,
-        set_threads,
+        run_threads,
     )
     from hara_ref.train.results import finish_experiment
 
@@ -268,7 +268,6 @@ def train_cli_trl(ex, cfg) -> int:
             file=sys.stderr,
         )
         return 2
-    set_threads(max(1, ex.threads * ex.workers))
     t0 = time.time()
     # renamed-argument notices TRL triggers
     warnings.filterwarnings('ignore', category=FutureWarning, module=r'transformers\.')
@@ -281,7 +280,9 @@ def train_cli_trl(ex, cfg) -> int:
     # each run is its own Trainer: one after the other, with all threads
     one = replace(ex, workers=1, threads=max(1, ex.threads * ex.workers))
     variants = experiment_variants(ex, cfg)
-    runs, start = run_variants(one, variants, train_run_trl, cfg=cfg, saved=dict(engine='trl'))
+    with run_threads(one.threads):
+        saved = dict(engine='trl')
+        runs, start = run_variants(one, variants, train_run_trl, cfg=cfg, saved=saved)
     title = f"{cfg.method} (TRL GRPOTrainer): held-out pass@1 from {start['pass1']:.3f} (start)"
     print(finish_experiment(ex.out, runs, start, title, t0, engine='trl'))
     return 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
 import torch
@@ -28,7 +29,7 @@ from .loop import train_run, resume_point, config_changes, progress_bar
 from .policy import read_jsonl, load_trainer_state
 
 # %% auto #0
-__all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'set_threads', 'experiment_task', 'prepare_start',
+__all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'run_threads', 'experiment_task', 'prepare_start',
            'experiment_variants', 'experiment_jobs', 'experiment_plan', 'start_point', 'run_variants', 'run_experiment',
            'run_jobs', 'run_pool']
 
@@ -141,14 +142,25 @@ def variant_name(method: str, reweight: str, allocation: str = 'uniform') -> str
     return m if reweight == 'none' else f"{m}+{reweight}"
 
 
-def set_threads(n: int):
-    """Per-process set-up: torch threads, flush denormals, no transformers progress bars (they would
-    drown ours)."""
+@contextmanager
+def run_threads(n: int):
+    """Within the block: `n` torch threads, denormals flushed to zero, no transformers progress
+    bars (they would drown ours). After it the caller's thread count and progress bars come back,
+    and denormals are kept again (torch's default: torch cannot report the flag), so a run called
+    from a notebook or a test leaves that process as it found it."""
     from transformers.utils import logging as hf_logging
 
+    threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
     torch.set_num_threads(max(1, n))
     torch.set_flush_denormal(True)
     hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.set_flush_denormal(False)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def experiment_task(ex: ExperimentConfig) -> Task | None:
@@ -406,8 +418,8 @@ def _train_one(cfg, run_dir, init, train, held, reward_fn, ex, start_eval, hooks
 def _job(args):
     "Worker entry point: one run (top-level so that a spawned process can import it)."
     *job, q = args
-    set_threads(job[6].threads)
-    _train_one(*job, (lambda n: q.put(n)) if q is not None else False)
+    with run_threads(job[6].threads):
+        _train_one(*job, (lambda n: q.put(n)) if q is not None else False)
     return str(job[1])
 
 
