@@ -259,13 +259,15 @@ def run_killing_group(
     return subprocess.CompletedProcess(cmd, p.returncode, out, err)
 
 
-@pytest.mark.parametrize('per_process', [2, 4])
-def test_two_processes_match_one(tiny, tmp_path, per_process):
+def test_two_processes_match_one(tiny, tmp_path):
     """accelerate launch --num_processes 2 (gloo, CPU) vs one process with the same global batch;
     groups of 4 span both processes (2 rollouts each: the gathered path) or not (4 each: each
-    process alone)."""
+    process alone). Both layouts run in one launch, one after the other."""
     env = {**os.environ, 'OMP_NUM_THREADS': '1', 'HF_HUB_OFFLINE': '1', 'PYTHONPATH': str(ROOT)}
-    script, one, two = ROOT / 'tests' / 'trl_ddp_run.py', tmp_path / 'one.pt', tmp_path / 'two.pt'
+    script, layouts = ROOT / 'tests' / 'trl_ddp_run.py', (2, 4)  # rollouts per process
+    one = [tmp_path / f'one{k}.pt' for k in layouts]
+    two = [tmp_path / f'two{k}.pt' for k in layouts]
+    names = lambda paths: ','.join(map(str, paths))
     acc = lambda port: [
         str(Path(sys.executable).parent / 'accelerate'),
         'launch',
@@ -286,10 +288,10 @@ def test_two_processes_match_one(tiny, tmp_path, per_process):
     for attempt, port in enumerate(free_port() for _ in range(3)):
         try:
             r2 = run_killing_group(
-                acc(port) + [str(script), str(tiny), str(two), str(per_process), '3', 'dapo'],
+                acc(port) + [str(script), str(tiny), names(two), names(layouts), '3', 'dapo'],
                 {**env, 'CUDA_VISIBLE_DEVICES': ''},
                 300,
-                str(two),
+                str(two[0]),
             )
             break
         except subprocess.TimeoutExpired:
@@ -297,29 +299,30 @@ def test_two_processes_match_one(tiny, tmp_path, per_process):
                 raise
     assert r2.returncode == 0, r2.stderr[-3000:]
     r1 = subprocess.run(
-        [sys.executable, str(script), str(tiny), str(one), str(2 * per_process), '3', 'dapo'],
+        [sys.executable, str(script), str(tiny), names(one), names(2 * k for k in layouts)]
+        + ['3', 'dapo'],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert r1.returncode == 0, r1.stderr[-3000:]
-    a, b = torch.load(two), torch.load(one)
-    assert (a['world'], b['world']) == (2, 1)
-    # (2 per_process, T) advantages of each step, rows in global order
-    for x, y in zip(a['adv'], b['adv']):
-        T = min(x.shape[1], y.shape[1])
-        assert (
-            (x[:, :T] - y[:, :T]).abs().max() <= 1e-6
-            and x[:, T:].abs().sum() == 0
-            and y[:, T:].abs().sum() == 0
-        )
-    # token-level, not constant rows
-    assert len(a['adv']) == 3 and any((x != x[:, :1]).any() for x in a['adv'])
     start = AutoModelForCausalLM.from_pretrained(tiny).state_dict()
-    # the steps moved the model
-    assert max((a['params'][n] - start[n].double()).abs().max() for n in a['params']) > 1e-3
-    assert max((a['params'][n] - b['params'][n]).abs().max() for n in a['params']) <= 1e-6
+    for k, path_two, path_one in zip(layouts, two, one):
+        a, b = torch.load(path_two), torch.load(path_one)
+        assert (a['world'], b['world']) == (2, 1)
+        # (2 k, T) advantages of each step, rows in global order
+        for x, y in zip(a['adv'], b['adv']):
+            T = min(x.shape[1], y.shape[1])
+            assert x.shape[0] == y.shape[0] == 2 * k
+            assert (x[:, :T] - y[:, :T]).abs().max() <= 1e-6
+            assert x[:, T:].abs().sum() == 0 and y[:, T:].abs().sum() == 0
+        # token-level, not constant rows
+        assert len(a['adv']) == 3 and any((x != x[:, :1]).any() for x in a['adv'])
+        # the steps moved the model
+        moved = max((a['params'][n] - start[n].double()).abs().max() for n in a['params'])
+        assert moved > 1e-3
+        assert max((a['params'][n] - b['params'][n]).abs().max() for n in a['params']) <= 1e-6
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """Helper of tests/test_trl.py: a few HaraGRPOTrainer steps whose rollouts do not depend on the
-process layout; saves advantages and parameters."""
+process layout; saves advantages and parameters. Several batch sizes run one after the other in
+the same processes (one launch)."""
 
 import os
 import sys
@@ -50,9 +51,8 @@ class LayoutFreeTrainer(HaraGRPOTrainer):
         return out
 
 
-def main(model, out, per_device, steps, loss_type='grpo'):
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+def train(model, out, per_device, steps, loss_type):
+    "One training of `steps` steps with `per_device` rollouts per process; saves to `out`."
     tok = AutoTokenizer.from_pretrained(model)
     ds = Dataset.from_list(
         [
@@ -104,6 +104,14 @@ def main(model, out, per_device, steps, loss_type='grpo'):
         params = {n: q.detach().clone() for n, q in tr.model.named_parameters()}
         torch.save(dict(adv=tr.seen, params=params, world=tr.accelerator.num_processes), out)
     tr.accelerator.wait_for_everyone()
+
+
+def main(model, outs, per_devices, steps, loss_type='grpo'):
+    "`outs`, `per_devices`: comma-separated, one training each."
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    for out, per_device in zip(outs.split(','), per_devices.split(','), strict=True):
+        train(model, out, int(per_device), steps, loss_type)
     sys.stdout.flush()
     sys.stderr.flush()
     # no process-group or interpreter teardown: a rank used to hang there (futex wait) after the
@@ -112,4 +120,4 @@ def main(model, out, per_device, steps, loss_type='grpo'):
 
 
 if __name__ == '__main__':
-    main(sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
