@@ -354,6 +354,16 @@ def test_group_barycenters_bad_input():
         group_barycenters(h, mask, g, weights=-torch.ones(len(h)))
 
 
+@pytest.mark.parametrize('n_groups', [None, 0])
+def test_group_barycenters_with_no_group_returns_no_barycenter(n_groups):
+    "Every rollout outside every group (-1): no barycenter, zero costs, nothing to converge."
+    h, mask = _group(4)
+    Z, info = group_barycenters(h, mask, torch.full((len(h),), -1), n_groups, final_plans_kw={})
+    assert Z.shape == (0, 32, h.shape[-1])
+    assert info['n_iter'] == 0 and info['converged'] and info['final_unconverged'] == 0
+    assert (info['token_cost'] == 0).all() and (info['plans'] == 0).all()
+
+
 def test_group_barycenters_reports_its_tolerance_and_rounding_floor():
     "A tol below the dtype's resolution is not silently ignored: info says what the stop was."
     from hara_ref.appendix.barycenters import group_barycenters

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import math
 import warnings
+from dataclasses import dataclass
 import torch
 from .sinkhorn import sinkhorn_log
 from ..ot.entropic import ConvergenceWarning
@@ -73,8 +74,9 @@ def group_weights(
     w = inn.to(dtype) if weights is None else torch.as_tensor(weights).to(dtype) * inn  # (N,)
     if not torch.isfinite(w).all() or (w < 0).any():
         raise ValueError("weights must be finite and non-negative")
-    # (Y,)
-    tot = torch.zeros(n_groups, dtype=dtype, device=w.device).index_add_(0, group.clamp(min=0), w)
+    # (max(Y, 1),): rollouts in no group add 0 to slot 0, which exists even when Y = 0
+    tot = torch.zeros(max(n_groups, 1), dtype=dtype, device=w.device)
+    tot.index_add_(0, group.clamp(min=0), w)
     return w / tot[group.clamp(min=0)].clamp_min(torch.finfo(dtype).tiny)  # (N,)
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #51beff4f
@@ -129,24 +131,25 @@ def _feature_step(plans, h, s, lam, gid, rows, ends, n_groups):
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #2e5791ef
 def anderson_step(
-    X: torch.Tensor,  # (Y, m+1, n) last iterates x of each group, newest last
-    F: torch.Tensor,  # (Y, m+1, n) their residuals f = Φ(x) - x
+    X: torch.Tensor,  # (Y, n_mem+1, L_b d) last iterates x of each group (flat Z), newest last
+    F: torch.Tensor,  # (Y, n_mem+1, L_b d) their residuals f = Φ(x) - x
     count: torch.Tensor,  # (Y,) long, how many of the newest entries are valid (>= 1)
-) -> torch.Tensor:  # (Y, n) $x_k + f_k - \sum_i\gamma_i(\Delta x_i + \Delta f_i)$
+) -> torch.Tensor:  # (Y, L_b d) $x_k + f_k - \sum_i\mathrm{mix}_i(\mathrm dx_i + \mathrm df_i)$
     "Anderson (type II) extrapolation of each group's fixed-point iteration from its valid history."
-    dX, dF = X[:, 1:] - X[:, :-1], F[:, 1:] - F[:, :-1]  # (Y, m, n)
-    # (Y, m) both ends valid
+    dX, dF = X[:, 1:] - X[:, :-1], F[:, 1:] - F[:, :-1]  # (Y, n_mem, L_b d)
+    # (Y, n_mem) both ends valid
     ok = torch.arange(X.shape[1] - 1, device=X.device) >= X.shape[1] - count.clamp(min=1)[:, None]
-    dX, dF = dX * ok.unsqueeze(-1), dF * ok.unsqueeze(-1)  # (Y, m, n)
-    A = dF @ dF.transpose(-1, -2)  # (Y, m, m) normal equations of the least-squares problem
+    dX, dF = dX * ok.unsqueeze(-1), dF * ok.unsqueeze(-1)  # (Y, n_mem, L_b d)
+    # (Y, n_mem, n_mem) normal equations of the least-squares problem
+    gram = dF @ dF.transpose(-1, -2)
     # (Y, 1)
-    ridge = 1e-10 * A.diagonal(dim1=-2, dim2=-1).amax(-1, keepdim=True).clamp_min(
-        torch.finfo(A.dtype).tiny
+    ridge = 1e-10 * gram.diagonal(dim1=-2, dim2=-1).amax(-1, keepdim=True).clamp_min(
+        torch.finfo(gram.dtype).tiny
     )
-    # invalid entries: gamma = 0
-    A = A + torch.diag_embed(torch.where(ok, ridge, torch.ones_like(ridge)))
-    gamma = torch.linalg.solve(A, dF @ F[:, -1].unsqueeze(-1))  # (Y, m, 1)
-    return X[:, -1] + F[:, -1] - ((dX + dF) * gamma).sum(1)  # (Y, n)
+    # invalid entries: mix = 0
+    gram = gram + torch.diag_embed(torch.where(ok, ridge, torch.ones_like(ridge)))
+    mix = torch.linalg.solve(gram, dF @ F[:, -1].unsqueeze(-1))  # (Y, n_mem, 1)
+    return X[:, -1] + F[:, -1] - ((dX + dF) * mix).sum(1)  # (Y, L_b d)
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #7ddfcfba
 def anderson_history(G: int, m: int, n: int, like: torch.Tensor) -> dict:
@@ -205,6 +208,320 @@ def fixed_point_error(
         rho < 1, change * (rho / (1 - rho)).clamp(min=1), torch.full_like(change, math.inf)
     )
 
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #50c95d1b
+@dataclass
+class _Barycenters:
+    "`group_barycenters`' settings, problem and iterate: N rollouts of T tokens in Y groups."
+
+    # the settings
+    Y: int  # number of groups
+    alpha: float  # FGW trade-off
+    reg: float  # entropic regulariser
+    tol: float  # tolerance on the estimated distance to the fixed point (floored at 100 eps)
+    noise: float  # rounding floor of a residual (1000 eps)
+    stop_thr: float  # smallest inner tolerance (floored at 100 eps)
+    inner_rtol: float  # inner tolerance relative to the group's last change of Z
+    inner_iter: int  # most inner solver steps per barycenter iteration
+    omega: float | str  # Sinkhorn over-relaxation
+    check_every: int  # Sinkhorn's check interval
+    newton: bool  # plans by `semidual_newton` (else `sinkhorn_log`)
+    # the problem
+    h: torch.Tensor  # (N, T, d) hidden states (never copied, unless nan/inf off the mask)
+    s: torch.Tensor  # (N, T) feature scales
+    hh: torch.Tensor  # (N, T) squared norms of the scaled features
+    pos: torch.Tensor | None  # (N, T, L_b) position part of the cost, or None (alpha = 0)
+    mask: torch.Tensor  # (N, T) bool, True on real tokens
+    gid: torch.Tensor  # (N,) group of each rollout (clamped to >= 0)
+    lam: torch.Tensor  # (N,) rollout weights within their group
+    a: torch.Tensor  # (N, T) token weights
+    b: torch.Tensor  # (L_b,) node weights
+    ends: torch.Tensor  # (N,) one past each rollout's last real token
+    rows: torch.Tensor  # (R,) rollouts that take part
+    tau_bar: torch.Tensor  # (L_b,) the chain positions of the nodes
+    # the iterate
+    Z: torch.Tensor | None = None  # (Y, L_b, d) barycenters
+    live: torch.Tensor | None = None  # (Y,) bool, groups still iterating
+    plans: torch.Tensor | None = None  # (N, T, L_b) last plans
+    tok: torch.Tensor | None = None  # (N, T) their token costs
+    node: torch.Tensor | None = None  # (N, L_b) cost each rollout pays at each node
+    log_u: torch.Tensor | None = None  # (N, T) warm starts
+    log_v: torch.Tensor | None = None  # (N, L_b)
+    merr: torch.Tensor | None = None  # (N,) marginal errors of the last plans
+    last: torch.Tensor | None = None  # (Y,) each group's last residual (its last change of Z)
+    n_it: torch.Tensor | None = None  # (Y,) long, barycenter iterations of each group
+    n_sk: torch.Tensor | None = None  # (Y,) long, inner steps each group waited for
+    errs: list | None = None  # largest residual of each iteration
+    past: torch.Tensor | None = None  # (Y, 3) each group's three residuals before the last
+    dist: torch.Tensor | None = None  # (Y,) estimated distance to the fixed point
+    hist: dict | None = None  # Anderson history (`anderson_history`), or None
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #40878b34
+def _checked_groups(h, mask, group, n_groups, alpha, solver):
+    """The group ids (N,) as long and the number of groups Y, after checking h (N, T, d), mask
+    (N, T), group (N,), alpha and solver."""
+    if not isinstance(h, torch.Tensor) or not h.is_floating_point() or h.ndim != 3:
+        raise TypeError(
+            f"h must be a floating (N, T, d) tensor, got {getattr(h, 'dtype', type(h))} "
+            f"{tuple(getattr(h, 'shape', ()))}"
+        )
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != h.shape[:-1]:
+        raise ValueError(f"mask must be bool of shape {tuple(h.shape[:-1])}")
+    if (
+        not isinstance(group, torch.Tensor)
+        or group.shape != h.shape[:1]
+        or group.is_floating_point()
+    ):
+        raise ValueError(f"group must be an integer tensor of shape ({h.shape[0]},)")
+    if not 0 <= alpha <= 1:
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if solver not in ('newton', 'sinkhorn'):
+        raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
+    group = group.long()
+    Y = int(group.max()) + 1 if n_groups is None and group.numel() else int(n_groups or 0)
+    if group.numel() and int(group.max()) >= Y:
+        raise ValueError(f"group ids must be < n_groups = {Y}, got {int(group.max())}")
+    return group, Y
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #1aa3d141
+def _problem(h, mask, group, Y, weights, normalize, L_b, tol, stop_thr, **settings):
+    """The record of the N rollouts of h (N, T, d), mask (N, T) in the Y groups of `group` (N,),
+    without its iterate."""
+    h, s, hh = feature_scales(h, mask, normalize)  # (N, T, d), (N, T), (N, T)
+    T, eps = h.shape[1], torch.finfo(h.dtype).eps
+    present, gid = mask.any(-1) & (group >= 0), group.clamp(min=0)  # (N,), (N,)
+    lam = group_weights(group, present, Y, weights, h.dtype)  # (N,)
+    tau_bar = chain_tau_bar(L_b, h.dtype, h.device)  # (L_b,)
+    alpha = settings['alpha']
+    # (N, T, L_b) position part of the cost, once
+    pos = (
+        alpha * linear_cost(chain_positions(mask, h.dtype), tau_bar) * mask.unsqueeze(-1)
+        if alpha
+        else None
+    )
+    return _Barycenters(
+        Y=Y,
+        tol=max(tol, 100 * eps),
+        # a residual this small is rounding: its contraction rate cannot be estimated
+        noise=1000 * eps,
+        # Sinkhorn's marginal error cannot go much below this either
+        stop_thr=max(stop_thr, 100 * eps),
+        **settings,
+        h=h,
+        s=s,
+        hh=hh,
+        pos=pos,
+        mask=mask,
+        gid=gid,
+        lam=lam,
+        a=mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1),  # (N, T)
+        # (L_b,) shared by every problem
+        b=torch.full((L_b,), 1 / L_b, dtype=h.dtype, device=h.device),
+        # (N,) one past the last real token
+        ends=torch.where(mask, torch.arange(1, T + 1, device=h.device), 0).amax(-1),
+        rows=present.nonzero().flatten(),  # (R,) rollouts that take part
+        tau_bar=tau_bar,
+    )
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #5fad5bc9
+def _first_iterate(bar, anderson):
+    "Start the iterate of the record `bar`: Z (Y, L_b, d) and the buffers (N, ...), (Y, ...)."
+    (N, T, d), Y, L_b, h = bar.h.shape, bar.Y, len(bar.b), bar.h
+    bar.live = torch.zeros(Y, dtype=torch.bool, device=h.device)  # (Y,)
+    bar.live[bar.gid[bar.rows]] = True
+    # (Y, L_b, d) start; 0 for empty groups
+    bar.Z = _feature_step(
+        monotone_plan(bar.a[bar.rows], bar.b), h, bar.s, bar.lam, bar.gid, bar.rows, bar.ends, Y
+    )
+    # last plans of every rollout and their token costs, node costs
+    bar.plans, bar.tok, bar.node = h.new_zeros(N, T, L_b), h.new_zeros(N, T), h.new_zeros(N, L_b)
+    # warm starts, marginal errors
+    bar.log_u, bar.log_v, bar.merr = h.new_zeros(N, T), h.new_zeros(N, L_b), h.new_zeros(N)
+    bar.last, bar.errs = h.new_ones(Y), []
+    bar.n_it, bar.n_sk = torch.zeros(Y, dtype=torch.long), torch.zeros(Y, dtype=torch.long)
+    # each group's last three residuals, estimated error
+    bar.past, bar.dist = h.new_full((Y, 3), math.inf), h.new_full((Y,), math.inf)
+    bar.hist = anderson_history(Y, anderson, L_b * d, h) if anderson else None
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #e9c59769
+def _plans(bar, r, it):
+    "Plans (A, T, L_b) of the A rollouts `r` against their groups' Z at iteration `it`."
+    # (A, T, L_b)
+    M = rollout_costs(
+        bar.h, bar.s, bar.hh, bar.pos, bar.mask, bar.Z, bar.gid, r, bar.ends, bar.alpha
+    )
+    thr = (bar.inner_rtol * bar.last[bar.gid[r]]).clamp(
+        min=bar.stop_thr
+    )  # (A,) per-problem tolerances
+    P, lg = _inner_solve(bar, r, M, thr, it)
+    _keep_plans(bar, r, P, M, lg)
+    # (Y,) a group waits for its slowest rollout
+    bar.n_sk += torch.zeros_like(bar.n_sk).scatter_reduce_(
+        0, bar.gid[r].cpu(), lg['n_iter_item'].cpu(), 'amax'
+    )
+    return P
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #05475d1c
+def _inner_solve(bar, r, M, thr, it):
+    "Plans (A, T, L_b) and the solver's log of the rollouts `r` (A,) for costs M (A, T, L_b)."
+    if bar.newton:
+        return semidual_newton(
+            bar.a[r],
+            bar.b,
+            M,
+            bar.reg,
+            num_iter_max=bar.inner_iter,
+            stop_thr=thr,
+            warn=False,
+            log=True,
+            # (A, T, L_b) one call
+            log_v0=bar.log_v[r] if it else None,
+            check_inputs=it == 0,
+        )
+    return sinkhorn_log(
+        bar.a[r],
+        bar.b,
+        M,
+        bar.reg,
+        num_iter_max=bar.inner_iter,
+        stop_thr=thr,
+        check_every=bar.check_every,
+        warn=False,
+        log=True,
+        log_u0=bar.log_u[r] if it else None,
+        log_v0=bar.log_v[r] if it else None,
+        omega=bar.omega,
+        check_inputs=it == 0,
+    )
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #c49c6abf
+def _keep_plans(bar, r, P, M, lg):
+    """Keep the plans P (A, T, L_b) of rollouts `r` for costs M (A, T, L_b): token costs (A, T),
+    node costs (A, L_b), potentials and marginal errors from the solver's log `lg`."""
+    PM = P * M  # (A, T, L_b)
+    if len(r) == bar.h.shape[0]:  # every rollout: results replace the buffers, no scatter
+        bar.plans, bar.tok, bar.node = P, PM.sum(-1), PM.sum(-2)
+    else:
+        bar.plans[r], bar.tok[r], bar.node[r] = P, PM.sum(-1), PM.sum(-2)
+    bar.log_u[r], bar.log_v[r], bar.merr[r] = lg['log_u'], lg['log_v'], lg['err']
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #7c2f05c0
+def _fixed_point_step(bar, r, P):
+    "Next Z (Y, L_b, d) of the live groups from the plans P (A, T, L_b) of their rollouts `r`."
+    Z_new = _feature_step(P, bar.h, bar.s, bar.lam, bar.gid, r, bar.ends, bar.Y)  # (Y, L_b, d)
+    g = bar.live.nonzero().flatten()  # (Y_live,)
+    # (Y_live,) residual |Φ(Z) - Z| of the fixed point
+    change = (Z_new[g] - bar.Z[g]).abs().amax((-2, -1))
+    # (Y_live,)
+    bar.dist[g], bar.past[g] = (
+        fixed_point_error(change, bar.past[g]),
+        torch.cat([bar.past[g, 1:], change[:, None]], 1),
+    )
+    done = (bar.dist[g] < bar.tol) | (change < bar.noise)  # (Y_live,)
+    bar.Z[g], bar.last[g] = (
+        Z_new[g]
+        if bar.hist is None
+        else anderson_next(bar.hist, g, bar.Z[g], Z_new[g], change, done),
+        change,
+    )
+    bar.n_it[g.cpu()] += 1
+    bar.errs.append(float(change.max()))
+    # converged groups (or at rounding level) are frozen: Z, plans, potentials
+    bar.live[g[done]] = False
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #6b930df7
+def _final_plans(bar, final_plans_kw):
+    "The solver's log of the final plans (R, T, L_b) of every rollout, now kept in `bar`."
+    M = rollout_costs(
+        bar.h, bar.s, bar.hh, bar.pos, bar.mask, bar.Z, bar.gid, bar.rows, bar.ends, bar.alpha
+    )
+    # warm
+    if bar.newton:
+        P, lg = semidual_newton(
+            bar.a[bar.rows],
+            bar.b,
+            M,
+            bar.reg,
+            log=True,
+            **{'warn': False, 'log_v0': bar.log_v[bar.rows], **final_plans_kw},
+        )
+    else:
+        P, lg = sinkhorn_log(
+            bar.a[bar.rows],
+            bar.b,
+            M,
+            bar.reg,
+            log=True,
+            **{'warn': False, 'omega': bar.omega, 'check_every': bar.check_every, **final_plans_kw},
+        )
+    PM = P * M  # (R, T, L_b)
+    bar.plans[bar.rows], bar.tok[bar.rows], bar.node[bar.rows], bar.merr[bar.rows] = (
+        P,
+        PM.sum(-1),
+        PM.sum(-2),
+        lg['err'],
+    )
+    return lg
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #14763c35
+def _converged(bar):
+    "(Y,) bool: the group met `tol` or the rounding floor, or has no rollout."
+    has = torch.zeros(bar.Y, dtype=torch.bool, device=bar.h.device)  # (Y,) has a rollout
+    empty = ~has.index_fill_(0, bar.gid[bar.rows], True)
+    return (bar.dist < bar.tol) | (bar.last < bar.noise) | empty
+
+
+def _warn_not_converged(bar, conv, max_iter):
+    "`ConvergenceWarning` for the groups not converged, conv (Y,) False, within `max_iter`."
+    warnings.warn(
+        f"linearized barycenter (group_barycenters): {int((~conv).sum())} of {bar.Y} groups not "
+        f"converged in {max_iter} iterations "
+        f"(largest estimated distance to the fixed point {float(bar.dist[~conv].max()):.2e} >= "
+        f"tol {bar.tol:.1e})",
+        ConvergenceWarning,
+        stacklevel=3,
+    )
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #bb1f237b
+def _info(bar, conv):
+    "`group_barycenters`' info dict from the record `bar` and conv (Y,)."
+    Y = bar.Y
+    return dict(
+        plans=bar.plans,
+        token_cost=bar.tok,
+        node_cost=bar.node,
+        tau_bar=bar.tau_bar,
+        n_iter=int(bar.n_it.max()) if Y else 0,
+        n_iter_group=bar.n_it,
+        inner_iters=int(bar.n_sk.max()) if Y else 0,
+        err=bar.errs,
+        converged=bool(conv.all()),
+        converged_group=conv.cpu(),
+        marginal_err=bar.merr,
+        lam=bar.lam,
+        tol=bar.tol,  # the tolerance used (tol, raised to 100 eps of the dtype)
+        rounding_floor=bar.noise,  # a group whose Z moves less than this has stopped (1000 eps)
+        # (Y,) each group's estimated distance to the fixed point when it stopped (inf: none)
+        fixed_point_error=bar.dist.cpu(),
+        # (Y,) groups stopped by the rounding floor before their estimate met tol
+        at_rounding_floor=((bar.last < bar.noise) & ~(bar.dist < bar.tol)).cpu(),
+    )
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #dc26051a
+def _final_info(info, lg, warn):
+    """Add the final plans' iterations and caps (from the solver's log `lg`, None without
+    rollouts) to `info`; warn of the capped ones."""
+    info['final_plans_iters'] = lg['n_iter'] if lg is not None else 0
+    # final plans that stopped at their cap
+    info['final_unconverged'] = int((~lg['converged']).sum()) if lg is not None else 0
+    if warn and info['final_unconverged']:
+        warnings.warn(
+            f"linearized barycenter (group_barycenters): {info['final_unconverged']} final "
+            "plans "
+            f"stopped at their cap (largest marginal error {float(lg['err'].max()):.1e})",
+            ConvergenceWarning,
+            stacklevel=3,
+        )
+
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #a9aa0449
 def group_barycenters(
     h: torch.Tensor,  # (N, T, d) hidden states of the rollouts, in any order (never copied)
@@ -250,216 +567,30 @@ def group_barycenters(
     products, one batched OT solve, per-group stopping."""
     # inner solves stop at `inner_iter` unreported: the outer rule (`tol`) decides; outer and final
     # caps are warned
-    if not isinstance(h, torch.Tensor) or not h.is_floating_point() or h.ndim != 3:
-        raise TypeError(
-            f"h must be a floating (N, T, d) tensor, got {getattr(h, 'dtype', type(h))} "
-            f"{tuple(getattr(h, 'shape', ()))}"
-        )
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != h.shape[:-1]:
-        raise ValueError(f"mask must be bool of shape {tuple(h.shape[:-1])}")
-    if (
-        not isinstance(group, torch.Tensor)
-        or group.shape != h.shape[:1]
-        or group.is_floating_point()
-    ):
-        raise ValueError(f"group must be an integer tensor of shape ({h.shape[0]},)")
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    if solver not in ('newton', 'sinkhorn'):
-        raise ValueError(f"solver must be 'newton' or 'sinkhorn', got {solver!r}")
+    group, Y = _checked_groups(h, mask, group, n_groups, alpha, solver)
     newton = solver == 'newton'
     inner_rtol = (1e-3 if newton else 0.03) if inner_rtol is None else inner_rtol
     inner_iter = (50 if newton else 200) if inner_iter is None else inner_iter
-    group = group.long()
-    Y = int(group.max()) + 1 if n_groups is None and group.numel() else int(n_groups or 0)
-    if group.numel() and int(group.max()) >= Y:
-        raise ValueError(f"group ids must be < n_groups = {Y}, got {int(group.max())}")
+    settings = dict(alpha=alpha, reg=reg, inner_rtol=inner_rtol, inner_iter=inner_iter)
+    settings.update(omega=omega, check_every=check_every, newton=newton)
     with torch.no_grad():
-        h, s, hh = feature_scales(h, mask, normalize)  # (N, T, d), (N, T), (N, T)
-        N, T, d = h.shape
-        present, gid = mask.any(-1) & (group >= 0), group.clamp(min=0)  # (N,), (N,)
-        lam = group_weights(group, present, Y, weights, h.dtype)  # (N,)
-        # (L_b,)
-        tau_bar, tol = (
-            chain_tau_bar(L_b, h.dtype, h.device),
-            max(tol, 100 * torch.finfo(h.dtype).eps),
-        )
-        # a residual this small is rounding: its contraction rate cannot be estimated
-        noise = 1000 * torch.finfo(h.dtype).eps
-        # Sinkhorn's marginal error cannot go much below this either
-        stop_thr = max(stop_thr, 100 * torch.finfo(h.dtype).eps)
-        # (N, T, L_b) position part of the cost, once
-        pos = (
-            alpha * linear_cost(chain_positions(mask, h.dtype), tau_bar) * mask.unsqueeze(-1)
-            if alpha
-            else None
-        )
-        a = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1)  # (N, T)
-        # (L_b,) shared by every problem
-        b = torch.full((L_b,), 1 / L_b, dtype=h.dtype, device=h.device)
-        # (N,) one past the last real token
-        ends = torch.where(mask, torch.arange(1, T + 1, device=h.device), 0).amax(-1)
-        rows = present.nonzero().flatten()  # (R,) rollouts that take part
-        # (Y,) groups still iterating
-        live = torch.zeros(Y, dtype=torch.bool, device=h.device)
-        live[gid[rows]] = True
-        # (Y, L_b, d) start; 0 for empty groups
-        Z = _feature_step(monotone_plan(a[rows], b), h, s, lam, gid, rows, ends, Y)
-        # last plans of every rollout and their token costs
-        plans, tok = h.new_zeros(N, T, L_b), h.new_zeros(N, T)
-        # warm starts, marginal errors
-        log_u, log_v, merr = h.new_zeros(N, T), h.new_zeros(N, L_b), h.new_zeros(N)
-        last, n_it, n_sk, errs = (
-            h.new_ones(Y),
-            torch.zeros(Y, dtype=torch.long),
-            torch.zeros(Y, dtype=torch.long),
-            [],
-        )
-        # each group's last three residuals, estimated error
-        past, dist = h.new_full((Y, 3), math.inf), h.new_full((Y,), math.inf)
-        node = h.new_zeros(N, L_b)  # (N, L_b) cost each rollout pays at each node
-        hist = anderson_history(Y, anderson, L_b * d, h) if anderson else None
+        bar = _problem(h, mask, group, Y, weights, normalize, L_b, tol, stop_thr, **settings)
+        _first_iterate(bar, anderson)
         for it in range(max_iter):
-            r = rows[live[gid[rows]]]  # (A,) rollouts of the groups still iterating
+            r = bar.rows[bar.live[bar.gid[bar.rows]]]  # (A,) rollouts of the groups still iterating
             if r.numel() == 0:
                 break
-            full = len(r) == N  # every rollout: results replace the buffers, no scatter
-            M = rollout_costs(h, s, hh, pos, mask, Z, gid, r, ends, alpha)  # (A, T, L_b)
-            thr = (inner_rtol * last[gid[r]]).clamp(min=stop_thr)  # (A,) per-problem tolerances
-            if newton:
-                P, lg = semidual_newton(
-                    a[r],
-                    b,
-                    M,
-                    reg,
-                    num_iter_max=inner_iter,
-                    stop_thr=thr,
-                    warn=False,
-                    log=True,
-                    # (A, T, L_b) one call
-                    log_v0=log_v[r] if it else None,
-                    check_inputs=it == 0,
-                )
-            else:
-                P, lg = sinkhorn_log(
-                    a[r],
-                    b,
-                    M,
-                    reg,
-                    num_iter_max=inner_iter,
-                    stop_thr=thr,
-                    check_every=check_every,
-                    warn=False,
-                    log=True,
-                    log_u0=log_u[r] if it else None,
-                    log_v0=log_v[r] if it else None,
-                    omega=omega,
-                    check_inputs=it == 0,
-                )
-            PM = P * M  # (A, T, L_b)
-            if full:
-                plans, tok, node = P, PM.sum(-1), PM.sum(-2)
-            # (A, T, L_b), (A, T), (A, L_b)
-            else:
-                plans[r], tok[r], node[r] = P, PM.sum(-1), PM.sum(-2)
-            log_u[r], log_v[r], merr[r] = lg['log_u'], lg['log_v'], lg['err']
-            # (Y,) a group waits for its slowest rollout
-            n_sk += torch.zeros_like(n_sk).scatter_reduce_(
-                0, gid[r].cpu(), lg['n_iter_item'].cpu(), 'amax'
-            )
-            # (Y, L_b, d), (Y_live,)
-            Z_new, g = _feature_step(P, h, s, lam, gid, r, ends, Y), live.nonzero().flatten()
-            # (Y_live,) residual |Φ(Z) - Z| of the fixed point
-            change = (Z_new[g] - Z[g]).abs().amax((-2, -1))
-            # (Y_live,)
-            dist[g], past[g] = (
-                fixed_point_error(change, past[g]),
-                torch.cat([past[g, 1:], change[:, None]], 1),
-            )
-            Z[g], last[g] = (
-                Z_new[g]
-                if hist is None
-                else anderson_next(
-                    hist, g, Z[g], Z_new[g], change, (dist[g] < tol) | (change < noise)
-                ),
-                change,
-            )
-            n_it[g.cpu()] += 1
-            errs.append(float(change.max()))
-            # converged groups (or at rounding level) are frozen: Z, plans, potentials
-            live[g[(dist[g] < tol) | (change < noise)]] = False
-        # one more solve against the final Z: exact plans of nbs/hara_math.ipynb §6
-        if final_plans_kw is not None and rows.numel():
-            M = rollout_costs(h, s, hh, pos, mask, Z, gid, rows, ends, alpha)  # (R, T, L_b)
-            # warm
-            if newton:
-                P, lg = semidual_newton(
-                    a[rows],
-                    b,
-                    M,
-                    reg,
-                    log=True,
-                    **{'warn': False, 'log_v0': log_v[rows], **final_plans_kw},
-                )
-            else:
-                P, lg = sinkhorn_log(
-                    a[rows],
-                    b,
-                    M,
-                    reg,
-                    log=True,
-                    **{'warn': False, 'omega': omega, 'check_every': check_every, **final_plans_kw},
-                )
-            PM = P * M  # (R, T, L_b)
-            plans[rows], tok[rows], node[rows], merr[rows] = P, PM.sum(-1), PM.sum(-2), lg['err']
-        # (Y,) empty groups count as converged
-        conv = (
-            (dist < tol)
-            | (last < noise)
-            | ~torch.zeros(Y, dtype=torch.bool, device=h.device).index_fill_(0, gid[rows], True)
-        )
+            P = _plans(bar, r, it)  # (A, T, L_b)
+            _fixed_point_step(bar, r, P)
+        has_final = final_plans_kw is not None and bar.rows.numel()
+        final = _final_plans(bar, final_plans_kw) if has_final else None
+        conv = _converged(bar)  # (Y,)
     if warn and not conv.all():
-        warnings.warn(
-            f"linearized barycenter (group_barycenters): {int((~conv).sum())} of {Y} groups not "
-            f"converged in {max_iter} iterations "
-            f"(largest estimated distance to the fixed point {float(dist[~conv].max()):.2e} >= "
-            f"tol {tol:.1e})",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    info = dict(
-        plans=plans,
-        token_cost=tok,
-        node_cost=node,
-        tau_bar=tau_bar,
-        n_iter=int(n_it.max()) if Y else 0,
-        n_iter_group=n_it,
-        inner_iters=int(n_sk.max()) if Y else 0,
-        err=errs,
-        converged=bool(conv.all()),
-        converged_group=conv.cpu(),
-        marginal_err=merr,
-        lam=lam,
-        tol=tol,  # the tolerance used (tol, raised to 100 eps of the dtype)
-        rounding_floor=noise,  # a group whose Z moves less than this has stopped (1000 eps)
-        # (Y,) each group's estimated distance to the fixed point when it stopped (inf: none)
-        fixed_point_error=dist.cpu(),
-        # (Y,) groups stopped by the rounding floor before their estimate met tol
-        at_rounding_floor=((last < noise) & ~(dist < tol)).cpu(),
-    )
+        _warn_not_converged(bar, conv, max_iter)
+    info = _info(bar, conv)
     if final_plans_kw is not None:
-        info['final_plans_iters'] = lg['n_iter'] if rows.numel() else 0
-        # final plans that stopped at their cap
-        info['final_unconverged'] = int((~lg['converged']).sum()) if rows.numel() else 0
-        if warn and info['final_unconverged']:
-            warnings.warn(
-                f"linearized barycenter (group_barycenters): {info['final_unconverged']} final "
-                "plans "
-                f"stopped at their cap (largest marginal error {float(lg['err'].max()):.1e})",
-                ConvergenceWarning,
-                stacklevel=2,
-            )
-    return Z, info
+        _final_info(info, final, warn)
+    return bar.Z, info
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #a6977d4c
 def linearized_barycenter(

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import math
 import warnings
+from dataclasses import dataclass
 import numpy as np
 import torch
 
@@ -205,6 +206,209 @@ def relax_omega(
         active.unsqueeze(-1) & (w == 1) & ~grew & torch.isfinite(err).unsqueeze(-1), w_star, w
     )
 
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #4d4cd2d4
+@dataclass
+class _Sinkhorn:
+    "`sinkhorn_log`'s working set of B problems, the batch shape flattened."
+
+    shape: tuple  # the batch shape (...,) of the result
+    tau: float  # absorption threshold $\vartheta$
+    present: torch.Tensor  # (B,) bool, not an absent problem
+    cold: torch.Tensor  # (B,) bool, iteration 0 was run in log domain
+    logK: torch.Tensor  # (B, n, m) log-kernel $-M/\varepsilon$
+    log_a: torch.Tensor  # (B, n) log source weights
+    log_b: torch.Tensor  # (B, m) log target weights
+    a: torch.Tensor  # (B, n) source weights (a stand-in for absent problems)
+    b: torch.Tensor  # (B, m) target weights
+    thr: torch.Tensor  # (B,) stopping thresholds
+    wide: torch.Tensor  # (B,) bool, costs beyond the dtype's range: no relaxation
+    Kt: torch.Tensor  # (B, n, m) stabilised kernel $\tilde{\mathcal K}$
+    log_u: torch.Tensor  # (B, n) potential $\log u$
+    log_v: torch.Tensor  # (B, m) potential $\log v$
+    u: torch.Tensor  # (B, n) correction $\tilde u$
+    v: torch.Tensor  # (B, m) correction $\tilde v$
+    err: torch.Tensor  # (B,) marginal error at the last check (inf: none yet)
+    n_item: torch.Tensor  # (B,) long, iterations counted at the last check
+    active: torch.Tensor  # (B,) bool, still iterating
+    w: float | torch.Tensor  # (B, 1) per-problem omega, or 1.0: plain Sinkhorn throughout
+    every: bool = True  # every problem of the working set is active
+    pending: int = 0  # iterations since the last check
+    full: dict | None = None  # the whole batch's fields, once the working set shrank
+    idx: torch.Tensor | None = None  # (B,) where the working set's problems are in `full`
+
+
+# fields written back to the whole batch when the working set shrinks; with `_INPUTS`, the fields
+# it selects
+_STATE = ('Kt', 'log_u', 'log_v', 'u', 'v', 'err', 'n_item', 'active')
+_INPUTS = ('logK', 'log_a', 'log_b', 'a', 'b', 'thr', 'wide')
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #75e84c41
+def _problems(a, b, M, reg, check_inputs):
+    """a (..., n), b (..., m), M (..., n, m) validated and converted, or only broadcast to one
+    batch shape (...,)."""
+    if check_inputs:
+        return check_ot_inputs(a, b, M, reg)
+    batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2])
+    return a.expand(*batch, -1), b.expand(*batch, -1), M.expand(*batch, -1, -1)
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #17885a8b
+def _setup(a, b, M, reg, stop_thr, log_u0, log_v0, omega, check_inputs):
+    """The record of the B problems of a (..., n), b (..., m), M (..., n, m) after iteration 0,
+    and the omega to run with (1 when no problem can be relaxed)."""
+    # (...,) once: the floor and the relaxation switch need it
+    M_max, tau = M.abs().amax((-2, -1)), 0.25 * math.log(torch.finfo(M.dtype).max)
+    if check_inputs and log_u0 is not None:
+        log_u0 = check_warm_start(log_u0, a, 'log_u0', float(M_max.max()) / reg)
+    if check_inputs and log_v0 is not None:
+        log_v0 = check_warm_start(log_v0, b, 'log_v0', float(M_max.max()) / reg)
+    thr = item_thresholds(stop_thr, M, b, reg, M_max)  # (...,)
+    # (...,) range beyond the dtype: relaxed steps would all be unsafe there
+    wide = M_max / reg > 8 * tau
+    if omega != 1 and bool(wide.all()):
+        omega = 1.0
+    a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold = _start(
+        a, b, M, reg, log_u0, log_v0, tau
+    )
+    # the batch shape; we iterate on a flat list of problems and reshape at the end
+    flat = lambda x: x.reshape(-1, *x.shape[active.ndim :])
+    f = dict(present=present, cold=cold, logK=logK, log_a=log_a, log_b=log_b, a=a)
+    f.update(b=b.expand_as(log_v), thr=thr, wide=wide, Kt=Kt, log_u=log_u, log_v=log_v)
+    f = {k: flat(x) for k, x in dict(f, active=active).items()}
+    B, kw = len(f['active']), dict(dtype=M.dtype, device=M.device)
+    return _Sinkhorn(
+        shape=active.shape,
+        tau=tau,
+        **f,
+        u=torch.ones_like(f['a']),  # corrections on $\tilde{\mathcal K}$
+        v=torch.ones_like(f['b']),
+        err=torch.full((B,), math.inf, **kw),
+        n_item=torch.zeros(B, dtype=torch.long, device=M.device),
+        w=1.0 if omega == 1 else torch.ones(B, 1, **kw),  # per-problem omega, 1 at first
+    ), omega
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #a59f87da
+def _iterate(s, it, omega):
+    """Iteration `it` of the active problems: new corrections u (B, n), v (B, m), or, where unsafe,
+    new potentials and kernels (B, n, m)."""
+    s.pending += 1  # counted in `n_item` at the next check; `active` only changes at checks
+    if it == 0 and bool(s.cold.all()):
+        return  # iteration 0 was run in log domain (`_start`)
+    step = s.active if it > 0 else s.active & ~s.cold  # (B,)
+    nu, nv, ok = scaling_step(s.Kt, s.u, s.a, s.b, s.tau, s.v, s.w)
+    # common case: no per-item selection
+    if s.every and (it > 0 or not s.cold.any()) and bool(ok.all()):
+        s.u, s.v = nu, nv
+        return
+    good, bad = (step & ok).unsqueeze(-1), step & ~ok  # (B, 1), (B,)
+    s.u, s.v = torch.where(good, nu, s.u), torch.where(good, nv, s.v)
+    if bad.any():
+        _log_domain_step(s, bad, omega)
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #b490d2f5
+def _log_domain_step(s, bad, omega):
+    """The exact log-domain iteration for the problems `bad` (B,): potentials (B, n), (B, m),
+    kernels (B, n, m)."""
+    if omega != 1:
+        s.w = torch.where(bad.unsqueeze(-1), torch.ones_like(s.w), s.w)  # (B, 1)
+    s.log_u, s.log_v, s.u, s.v = _fold(s.log_u, s.log_v, s.u, s.v, bad)
+    s.log_u, s.log_v = _log_iteration(s.logK, s.log_a, s.log_b, s.log_u, s.log_v, bad)
+    s.Kt = _kernel(s.logK, s.log_u, s.log_v, s.Kt, bad)
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #6492276c
+def _check(s, it, omega, check_every):
+    """A convergence check after iteration `it`: errors and iteration counts (B,), the active
+    problems; True when none is left."""
+    s.n_item, s.pending = s.n_item + s.pending * s.active.long(), 0
+    col = s.v * (s.u.unsqueeze(-2) @ s.Kt).squeeze(-2)  # (B, m) $T^\top 1$
+    new_err = (col - s.b).norm(dim=-1)  # (B,)
+    if omega != 1:
+        _relax(s, new_err, check_every if it > 0 else 1, omega)
+    s.err = torch.where(s.active, new_err, s.err)  # (B,)
+    _absorb(s)
+    s.active = s.active & ~(s.err < s.thr)
+    s.every = bool(s.active.all())
+    if not s.every and not s.active.any():
+        return True
+    # most problems done: go on with the active ones only
+    if it > 0 and 2 * int(s.active.sum()) <= len(s.active):
+        _shrink(s, omega)
+    return False
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #15288a56
+def _relax(s, new_err, n, omega):
+    "Each problem's omega (B, 1) from its error (B,) now and `n` iterations ago."
+    s.w = relax_omega(s.w, new_err, s.err, s.active, n, omega)
+    if s.wide.any():
+        s.w = torch.where(s.wide.unsqueeze(-1), torch.ones_like(s.w), s.w)
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #d2ab9133
+def _absorb(s):
+    """Fold the grown corrections u (B, n), v (B, m) of active problems into their potentials;
+    rebuild their kernels (B, n, m)."""
+    grown = lambda x: x.log().abs().amax(-1) > s.tau / 2  # (B,)
+    far = s.active & (grown(s.u) | grown(s.v))  # (B,)
+    if far.any():
+        s.log_u, s.log_v, s.u, s.v = _fold(s.log_u, s.log_v, s.u, s.v, far)
+        s.Kt = _kernel(s.logK, s.log_u, s.log_v, s.Kt, far)
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #9e497c27
+def _shrink(s, omega):
+    "Keep the active problems only: every (B, ...) field indexed by the B' < B active ones."
+    keep = s.active.nonzero().flatten()  # (B',)
+    if s.full is None:  # the whole batch, kept
+        s.full = {k: getattr(s, k) for k in _STATE + _INPUTS}
+        s.idx = torch.arange(len(s.active), device=s.active.device)
+    else:  # write back the problems that leave the working set
+        leave = (~s.active).nonzero().flatten()
+        for k in _STATE:
+            s.full[k][s.idx[leave]] = getattr(s, k)[leave]
+    s.idx = s.idx[keep]
+    for k in _STATE + _INPUTS:
+        setattr(s, k, getattr(s, k)[keep])
+    if omega != 1:
+        s.w = s.w[keep]
+    s.every = True
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #4fb029b9
+def _result(s, dtype):
+    """The plan (..., n, m) in `dtype` and the log dict, every field in the batch shape (...,)."""
+    if s.full is not None:  # put the working set back into the whole batch
+        for k in _STATE:
+            s.full[k][s.idx] = getattr(s, k)
+        for k in _STATE + _INPUTS:
+            setattr(s, k, s.full[k])
+    plan, log_u, log_v = _final_plan(s.logK, s.log_a, s.log_u, s.log_v, s.Kt, s.u, s.v, s.present)
+    # 16-bit input: plan back in its dtype, log stays float32
+    plan, log_u, log_v, err, n_item, active, thr = (
+        x.reshape(tuple(s.shape) + x.shape[1:])
+        for x in (plan.to(dtype), log_u, log_v, s.err, s.n_item, s.active, s.thr)
+    )
+    return plan, dict(
+        n_iter=int(n_item.max()),
+        n_iter_item=n_item,
+        err=err,
+        converged=~active,
+        log_u=log_u,
+        log_v=log_v,
+        stop_thr=thr,
+    )
+
+
+def _warn_unconverged(lg, num_iter_max):
+    """`SinkhornConvergenceWarning` when some problem of the log dict `lg` (fields (...,)) did not
+    converge."""
+    active = ~lg['converged']  # (...,)
+    if active.any():
+        warnings.warn(
+            f"sinkhorn_log: {int(active.sum())} of {active.numel()} problems did not converge in "
+            f"{num_iter_max} "
+            f"iterations (largest marginal error {float(lg['err'][active].max()):.2e}, stop_thr "
+            f"{float(lg['stop_thr'][active].min()):.1e}); "
+            "increase num_iter_max or reg",
+            SinkhornConvergenceWarning,
+            stacklevel=3,
+        )
+
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #ad71fb01
 def sinkhorn_log(
     a: torch.Tensor,  # (..., n) source weights (sum 1; zeros = padding; all zero = absent item)
@@ -232,162 +436,24 @@ def sinkhorn_log(
 ):  # plan (..., n, m) in the dtype of M [, log dict]
     """Batched log-domain (absorption-stabilised) Sinkhorn for entropic OT; padded rows/columns of
     the plan are exactly 0."""
-    reg, out_dtype = as_reg(reg), None
+    reg = as_reg(reg)
     check_iterations(num_iter_max, check_every, omega)
-    if check_inputs:
-        a, b, M = check_ot_inputs(a, b, M, reg)
-    else:
-        batch = broadcast_batch(a.shape[:-1], b.shape[:-1], M.shape[:-2])
-        a, b, M = a.expand(*batch, -1), b.expand(*batch, -1), M.expand(*batch, -1, -1)
+    a, b, M = _problems(a, b, M, reg, check_inputs)
     if M.numel() == 0:
         return empty_result(M, a.shape[-1], b.shape[-1], log)
-    if M.dtype in (torch.float16, torch.bfloat16):
-        out_dtype, (a, b, M) = M.dtype, solve_in_float32(a, b, M)
-    # (...,) once: the floor and the relaxation switch need it
-    M_max, tau = M.abs().amax((-2, -1)), 0.25 * math.log(torch.finfo(M.dtype).max)
-    if check_inputs and log_u0 is not None:
-        log_u0 = check_warm_start(log_u0, a, 'log_u0', float(M_max.max()) / reg)
-    if check_inputs and log_v0 is not None:
-        log_v0 = check_warm_start(log_v0, b, 'log_v0', float(M_max.max()) / reg)
-    thr = item_thresholds(stop_thr, M, b, reg, M_max)  # (...,)
-    # (...,) range beyond the dtype: relaxed steps would all be unsafe there
-    wide = M_max / reg > 8 * tau
-    if omega != 1 and bool(wide.all()):
-        omega = 1.0
-    a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold = _start(
-        a, b, M, reg, log_u0, log_v0, tau
-    )
-    # the batch shape; we iterate on a flat list of problems and reshape at the end
-    shape = active.shape
-    flat = lambda x: x.reshape(-1, *x.shape[len(shape) :])
-    a, b, logK, log_a, log_b, log_u, log_v, active, Kt, cold, thr, wide, present = map(
-        flat,
-        (
-            a,
-            b.expand_as(log_v),
-            logK,
-            log_a,
-            log_b,
-            log_u,
-            log_v,
-            active,
-            Kt,
-            cold,
-            thr,
-            wide,
-            present,
-        ),
-    )
-    # full-size inputs; full-size state once we compact
-    fixed, full, idx = (logK, log_a, log_b, a, b, thr, wide), None, None
-    # (...,)
-    err, n_item = (
-        torch.full_like(active, math.inf, dtype=M.dtype),
-        torch.zeros_like(active, dtype=torch.long),
-    )
-    u, v = torch.ones_like(a), torch.ones_like(b)  # corrections on $\tilde{\mathcal K}$
-    every, pending = True, 0  # all items active; iterations not yet counted in n_item
-    # (..., 1) per-item omega, 1 at first
-    w = 1.0 if omega == 1 else torch.ones(active.shape + (1,), dtype=M.dtype, device=M.device)
+    dtype = M.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        a, b, M = solve_in_float32(a, b, M)
+    s, omega = _setup(a, b, M, reg, stop_thr, log_u0, log_v0, omega, check_inputs)
     for it in range(num_iter_max):
-        # (...,) a warm kernel takes its iteration 0 as a scaling step
-        step = active if it > 0 else active & ~cold
-        if it > 0 or not bool(cold.all()):
-            nu, nv, ok = scaling_step(Kt, u, a, b, tau, v, w)
-            # common case: no per-item selection
-            if every and (it > 0 or not cold.any()) and bool(ok.all()):
-                u, v = nu, nv
-            else:
-                good, bad = (step & ok).unsqueeze(-1), step & ~ok  # (..., 1), (...,)
-                u, v = torch.where(good, nu, u), torch.where(good, nv, v)
-                # unsafe step for these items: fold, redo their iteration exactly in log domain,
-                # rebuild their kernel
-                if bad.any():
-                    # no over-relaxation there
-                    if omega != 1:
-                        w = torch.where(bad.unsqueeze(-1), torch.ones_like(w), w)
-                    log_u, log_v, u, v = _fold(log_u, log_v, u, v, bad)
-                    log_u, log_v = _log_iteration(logK, log_a, log_b, log_u, log_v, bad)
-                    Kt = _kernel(logK, log_u, log_v, Kt, bad)
-        pending += 1  # iterations since the last check; `active` only changes at checks
-        if it % check_every == 0 or it == num_iter_max - 1:
-            n_item, pending = n_item + pending * active.long(), 0
-            col = v * (u.unsqueeze(-2) @ Kt).squeeze(-2)  # (..., m) $T^\top 1$
-            new_err = (col - b).norm(dim=-1)  # (...,)
-            if omega != 1:
-                w = relax_omega(w, new_err, err, active, check_every if it > 0 else 1, omega)
-                if wide.any():
-                    w = torch.where(wide.unsqueeze(-1), torch.ones_like(w), w)
-            err = torch.where(active, new_err, err)  # (...,)
-            # (...,) corrections grown large
-            far = active & ((u.log().abs().amax(-1) > tau / 2) | (v.log().abs().amax(-1) > tau / 2))
-            # absorb those
-            if far.any():
-                log_u, log_v, u, v = _fold(log_u, log_v, u, v, far)
-                Kt = _kernel(logK, log_u, log_v, Kt, far)
-            active = active & ~(err < thr)
-            every = bool(active.all())
-            if not every and not active.any():
-                break
-            # most problems done: go on with the active ones only
-            if it > 0 and 2 * int(active.sum()) <= len(active):
-                keep, state = (
-                    active.nonzero().flatten(),
-                    (Kt, log_u, log_v, u, v, err, n_item, active),
-                )
-                # the full-size state, kept
-                if full is None:
-                    full, idx = state, torch.arange(len(active), device=active.device)
-                else:  # write back the problems that leave the working set
-                    leave = (~active).nonzero().flatten()
-                    for f, x in zip(full, state):
-                        f[idx[leave]] = x[leave]
-                idx, (Kt, log_u, log_v, u, v, err, n_item, active) = (
-                    idx[keep],
-                    (x[keep] for x in state),
-                )
-                logK, log_a, log_b, a, b, thr, wide = (
-                    x[keep] for x in (logK, log_a, log_b, a, b, thr, wide)
-                )
-                if omega != 1:
-                    w = w[keep]
-                every = True
-    if full is not None:  # put the working set back into the full-size state
-        for f, x in zip(full, (Kt, log_u, log_v, u, v, err, n_item, active)):
-            f[idx] = x
-        (Kt, log_u, log_v, u, v, err, n_item, active), (logK, log_a, log_b, a, b, thr, wide) = (
-            full,
-            fixed,
-        )
-    plan, log_u, log_v = _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present)
-    # 16-bit input: plan back in its dtype, log stays float32
-    if out_dtype is not None:
-        plan = plan.to(out_dtype)
-    plan, log_u, log_v, err, n_item, active, thr = (
-        x.reshape(tuple(shape) + x.shape[1:])
-        for x in (plan, log_u, log_v, err, n_item, active, thr)
-    )
-    if warn and active.any():
-        warnings.warn(
-            f"sinkhorn_log: {int(active.sum())} of {active.numel()} problems did not converge in "
-            f"{num_iter_max} "
-            f"iterations (largest marginal error {float(err[active].max()):.2e}, stop_thr "
-            f"{float(thr[active].min()):.1e}); "
-            "increase num_iter_max or reg",
-            SinkhornConvergenceWarning,
-            stacklevel=2,
-        )
-    if not log:
-        return plan
-    return plan, dict(
-        n_iter=int(n_item.max()),
-        n_iter_item=n_item,
-        err=err,
-        converged=~active,
-        log_u=log_u,
-        log_v=log_v,
-        stop_thr=thr,
-    )
+        _iterate(s, it, omega)
+        at_check = it % check_every == 0 or it == num_iter_max - 1
+        if at_check and _check(s, it, omega, check_every):
+            break
+    plan, lg = _result(s, dtype)
+    if warn:
+        _warn_unconverged(lg, num_iter_max)
+    return (plan, lg) if log else plan
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #702da17e
 def sinkhorn_log2(

@@ -11,6 +11,7 @@ import torch
 from ..ot.fgw import chain_positions
 from ..appendix.barycenters import group_barycenters, feature_scales, rollout_costs
 from ..ot.lfgw import linear_cost, chain_tau_bar
+from ..appendix.exact import EXACT_DEFAULTS, exact_group_barycenters
 from hara_ref.hara.rollouts import (
     check_rollouts,
     check_scalar,
@@ -315,6 +316,213 @@ def stage_novelty(
     nu[rows], e[rows], e_seq[rows] = version_excess(q, y, y_ref, mask[rows])
     return nu, e, e_seq, info
 
+# %% ../../nbs/3_hara/12_novelty.ipynb #stg00cd1
+def _checked_options(
+    hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
+    mask: torch.Tensor,  # (B, T) bool (checked)
+    keep: torch.Tensor | None,  # (B,) bool or None
+    metric: str,  # 'fgw' | 'w' | 'gw' | 'embed'
+    barycenter: str,  # 'linearized' | 'exact'
+    group_reference: str,  # 'geometric' | 'entrywise'
+    normalize: str,  # 'unit' | 'none' | 'mean_norm'
+    alpha: float,  # FGW trade-off in [0, 1]
+    reg: float,  # entropic ε > 0
+    L_b: int,  # barycenter size >= 1
+) -> tuple:
+    """`hara_novelty`'s options, checked: keep (B,) bool tensor or None, α (0 for 'w', 1 for 'gw'),
+    ε and L_b as Python numbers."""
+    if metric not in ('fgw', 'w', 'gw', 'embed'):
+        raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {metric!r}")
+    if barycenter not in ('linearized', 'exact'):
+        raise ValueError(f"barycenter must be 'linearized' or 'exact', got {barycenter!r}")
+    if group_reference not in ('geometric', 'entrywise'):
+        raise ValueError(
+            f"group_reference must be 'geometric' or 'entrywise', got {group_reference!r}"
+        )
+    if normalize not in ('unit', 'none', 'mean_norm'):
+        raise ValueError(f"normalize must be 'unit', 'none' or 'mean_norm', got {normalize!r}")
+    alpha = {'w': 0.0, 'gw': 1.0}.get(metric, check_scalar('alpha', alpha, 0, 1))  # checked always
+    reg, L_b = check_scalar('reg', reg, 0, open_low=True), check_scalar('L_b', L_b, 1, integer=True)
+    B, _, _ = hidden.shape
+    if keep is not None:
+        keep = check_binary('keep', torch.as_tensor(keep, device=mask.device))
+    if keep is not None and tuple(keep.shape) != (B,):
+        raise ValueError(f"keep must have shape ({B},), got {tuple(keep.shape)}")
+    return keep, alpha, reg, L_b
+
+# %% ../../nbs/3_hara/12_novelty.ipynb #stg01cd1
+def _computed_groups(
+    rewards: torch.Tensor,  # (B,) rewards
+    group_ids: torch.Tensor,  # (B,) integer prompt ids
+    mask: torch.Tensor,  # (B, T) bool
+    keep: torch.Tensor | None,  # (B,) bool or None
+) -> tuple:
+    """Outcome group og (B,), non-empty size of each rollout's group (B,), computed rollouts (B,)
+    bool, the computed groups' members slots (Y', K), each rollout's computed group gc (B,) in
+    [0, Y') or -1, and the notes on the grouping."""
+    L = mask.sum(-1)  # (B,)
+    og, _ = outcome_groups(rewards, group_ids)
+    computed, gsize = _computed_rollouts(og, L, keep)  # (B,), (B,)
+    # (Y', K) the computed groups' members (a record: the barycenter reads `hidden` in place)
+    slots = pack_slots(og, computed)
+    # (B,) computed group of each rollout, -1 = none
+    gc = torch.where(computed, torch.searchsorted(torch.unique(og[computed]), og), -1)
+    return og, gsize, computed, slots, gc, _group_notes(rewards, gsize, L)
+
+# %% ../../nbs/3_hara/12_novelty.ipynb #stg02cd1
+def _solver_settings(
+    dtype: torch.dtype,  # of the hidden states
+    metric: str,  # 'fgw' | 'w' | 'gw' | 'embed'
+    barycenter: str,  # 'linearized' | 'exact'
+    bary_kw: dict | None,  # the caller's barycenter keywords
+    final_plans: bool,  # solve the final plans
+    plan_kw: dict | None,  # the caller's final plan keywords
+) -> tuple:
+    """Keywords of the barycenter solver, and of the final plans (None: no final plans)."""
+    fs = (
+        {**PLAN_DEFAULTS, **(plan_kw or {})}
+        if final_plans and metric != 'embed' and barycenter == 'linearized'
+        else None
+    )
+    # float32: rounding level
+    if fs is not None and 'stop_thr' not in (plan_kw or {}):
+        fs['stop_thr'] = max(fs['stop_thr'], 100 * torch.finfo(dtype).eps)
+    bk = {**(EXACT_DEFAULTS if barycenter == 'exact' else BARY_DEFAULTS), **(bary_kw or {})}
+    return bk, fs
+
+# %% ../../nbs/3_hara/12_novelty.ipynb #stg03cd1
+def _barycenters(
+    hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
+    mask: torch.Tensor,  # (B, T) bool
+    gc: torch.Tensor,  # (B,) computed group of each rollout in [0, Y'), -1 = none
+    Y: int,  # Y' computed groups
+    alpha: float,  # FGW trade-off
+    L_b: int,  # barycenter size
+    reg: float,  # entropic ε
+    normalize: str,  # feature normalisation
+    barycenter: str,  # 'linearized' | 'exact'
+    bk: dict,  # barycenter solver keywords (`_solver_settings`)
+    fs: dict | None,  # final plan keywords, None: none
+) -> tuple:
+    """Supports Z (Y', L_b, d); the solver's info (token_cost (B, T), ...; None when Y' = 0); the
+    `Novelty` fields tau_bar (L_b,), bary_iters, inner_iters, bary_iters_group (Y',); cap notes."""
+    if not Y:
+        return (
+            hidden.new_zeros(0, L_b, hidden.shape[-1]),
+            None,
+            dict(
+                tau_bar=torch.linspace(0, 1, L_b, dtype=hidden.dtype, device=hidden.device),
+                bary_iters=None,
+                inner_iters=None,
+                bary_iters_group=torch.zeros(0, dtype=torch.long),
+            ),
+            [],
+        )
+    if barycenter == 'exact':
+        Z, info = exact_group_barycenters(
+            hidden, mask, gc, Y, alpha=alpha, L_b=L_b, normalize=normalize, **bk
+        )
+    else:
+        Z, info = group_barycenters(
+            hidden,
+            mask,
+            gc,
+            Y,
+            alpha=alpha,
+            L_b=L_b,
+            reg=reg,
+            normalize=normalize,
+            final_plans_kw=fs,
+            **bk,
+        )
+    sk = {'barycenter': info['inner_iters']}
+    if fs is not None:
+        sk['final'] = info['final_plans_iters']
+    solver = dict(
+        tau_bar=info['tau_bar'].to(hidden.dtype),
+        bary_iters=info['n_iter'],
+        inner_iters=sk,
+        bary_iters_group=info['n_iter_group'],
+    )
+    return Z, info, solver, _cap_notes(info, bk, fs, barycenter)
+
+# %% ../../nbs/3_hara/12_novelty.ipynb #stg04cd1
+def _warned(notes: list) -> list:
+    "Each note raised as a `RuntimeWarning` from `hara_novelty`'s caller; the notes, unchanged."
+    for n in notes:
+        warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=3)
+    return notes
+
+# %% ../../nbs/3_hara/12_novelty.ipynb #83246ab3
+def _embed_contributions(
+    hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
+    mask: torch.Tensor,  # (B, T) bool
+    gc: torch.Tensor,  # (B,) computed group of each rollout, -1 = none
+    Z: torch.Tensor,  # (Y', L_b, d) barycenter supports
+    normalize: str,  # feature normalisation, as the barycenter saw the features
+) -> torch.Tensor:
+    """Contributions (B, T) whose sum over tokens is ‖mean_j z_j - h_last‖ (Table 2's embedding
+    distance); 0 if not computed."""
+    L = mask.sum(-1)  # (B,)
+    h, s, _ = feature_scales(hidden, mask, normalize)  # (B, T, d) possibly rescaled rows, (B, T)
+    i, t = torch.arange(len(L), device=L.device), (L - 1).clamp(min=0)  # (B,), (B,)
+    last = h[i, t] * s[i, t].unsqueeze(-1)  # (B, d) normalised last hidden state
+    dist = (Z[gc.clamp(min=0)].mean(-2) - last).norm(dim=-1) * (gc >= 0)  # (B,)
+    return dist.unsqueeze(-1) * mask / L.clamp(min=1).unsqueeze(-1)  # (B, T)
+
+# %% ../../nbs/3_hara/12_novelty.ipynb #stg05cd1
+def _contributions(
+    hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
+    mask: torch.Tensor,  # (B, T) bool
+    gc: torch.Tensor,  # (B,) computed group of each rollout, -1 = none
+    Z: torch.Tensor,  # (Y', L_b, d) barycenter supports
+    info: dict | None,  # the barycenter solver's info, None: no group computed
+    metric: str,  # 'fgw' | 'w' | 'gw' | 'embed'
+    normalize: str,  # feature normalisation
+) -> torch.Tensor:
+    """Token contributions c_{i,t} (B, T), 0 on padding and for the rollouts not computed."""
+    if info is None:
+        return hidden.new_zeros(mask.shape)
+    if metric == 'embed':
+        return _embed_contributions(hidden, mask, gc, Z, normalize)
+    return info['token_cost']
+
+# %% ../../nbs/3_hara/12_novelty.ipynb #stg06cd1
+def _group_excess(
+    hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
+    mask: torch.Tensor,  # (B, T) bool
+    og: torch.Tensor,  # (B,) outcome group of each rollout
+    gc: torch.Tensor,  # (B,) computed group of each rollout, -1 = none
+    Z: torch.Tensor,  # (Y', L_b, d) barycenter supports
+    contrib: torch.Tensor,  # (B, T) token contributions
+    metric: str,  # 'fgw' | 'w' | 'gw' | 'embed'
+    alpha: float,  # FGW trade-off, as the barycenter was computed
+    reg: float,  # entropic ε, likewise
+    normalize: str,  # feature normalisation, likewise
+    group_reference: str,  # 'geometric' | 'entrywise'
+    median_kw: dict | None,  # tol, max_iter of the geometric median
+) -> tuple:
+    """The `Novelty` fields nbar (B,), stage_nov (B, L_b), excess (B, T), excess_seq (B,) (0 where
+    not computed) and ref_iters (None: no geometric median), and the notes on its cap."""
+    B, computed = len(mask), gc >= 0  # (B,)
+    # the fields where nothing is computed, and the stage novelty where there are no stages
+    out = dict(nbar=hidden.new_zeros(B), stage_nov=hidden.new_zeros(B, Z.shape[-2]), ref_iters=None)
+    if not len(Z):  # nothing computed: zero excess, like the contributions
+        return dict(out, excess=contrib, excess_seq=hidden.new_zeros(B)), []
+    # (B,) the group's mean novelty (mean LFGW for the plan metrics)
+    out['nbar'] = group_mean(contrib.sum(-1), og, computed) * computed
+    if metric == 'embed':  # no plan: the sequence-level distance, compared with the group's mean
+        out['excess_seq'] = (contrib.sum(-1) - out['nbar']) * computed  # (B,)
+        out['excess'] = out['excess_seq'][:, None] * mask  # (B, T)
+        return out, []
+    # (B, L_b), (B, T), (B,)
+    out['stage_nov'], out['excess'], out['excess_seq'], ref = stage_novelty(
+        hidden, mask, gc, Z, og, alpha, reg, normalize, group_reference, median_kw
+    )
+    if ref is not None:  # the geometric median
+        out['ref_iters'] = ref['n_iter']
+    return out, [] if ref is None else _median_notes(ref, median_kw)
+
 # %% ../../nbs/3_hara/12_novelty.ipynb #943c4635
 def hara_novelty(
     hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens
@@ -352,125 +560,22 @@ def hara_novelty(
         if checked
         else check_rollouts(hidden, mask, rewards, group_ids)
     )
-    if metric not in ('fgw', 'w', 'gw', 'embed'):
-        raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {metric!r}")
-    if barycenter not in ('linearized', 'exact'):
-        raise ValueError(f"barycenter must be 'linearized' or 'exact', got {barycenter!r}")
-    if group_reference not in ('geometric', 'entrywise'):
-        raise ValueError(
-            f"group_reference must be 'geometric' or 'entrywise', got {group_reference!r}"
-        )
-    if normalize not in ('unit', 'none', 'mean_norm'):
-        raise ValueError(f"normalize must be 'unit', 'none' or 'mean_norm', got {normalize!r}")
-    alpha = {'w': 0.0, 'gw': 1.0}.get(metric, check_scalar('alpha', alpha, 0, 1))  # checked always
-    reg, L_b = check_scalar('reg', reg, 0, open_low=True), check_scalar('L_b', L_b, 1, integer=True)
-    (B, T, d), L = hidden.shape, mask.sum(-1)  # L: (B,)
-    if keep is not None:
-        keep = check_binary('keep', torch.as_tensor(keep, device=mask.device))
-    if keep is not None and tuple(keep.shape) != (B,):
-        raise ValueError(f"keep must have shape ({B},), got {tuple(keep.shape)}")
-    og, _ = outcome_groups(rewards, group_ids)
-    computed, gsize = _computed_rollouts(og, L, keep)  # (B,), (B,)
-    notes += _group_notes(rewards, gsize, L)
-    # (Y', K) the computed groups' members (a record: the barycenter reads `hidden` in place)
-    slots = pack_slots(og, computed)
-    zeros = hidden.new_zeros(B, T)  # (B, T)
-    contrib, excess, excess_seq, nbar, stage_nov = (
-        zeros,
-        zeros,
-        hidden.new_zeros(B),
-        hidden.new_zeros(B),
-        hidden.new_zeros(B, L_b),
+    keep, alpha, reg, L_b = _checked_options(
+        hidden, mask, keep, metric, barycenter, group_reference, normalize, alpha, reg, L_b
     )
-    ref_iters = None  # Weiszfeld steps of the geometric group reference
-    Z, tau_bar, it, sk, iters = (
-        hidden.new_zeros(0, L_b, d),
-        torch.linspace(0, 1, L_b, dtype=hidden.dtype, device=hidden.device),
-        None,
-        None,
-        torch.zeros(0, dtype=torch.long),
+    og, gsize, computed, slots, gc, group_notes = _computed_groups(rewards, group_ids, mask, keep)
+    bk, fs = _solver_settings(hidden.dtype, metric, barycenter, bary_kw, final_plans, plan_kw)
+    # (Y', L_b, d) supports, the solver's info and `Novelty` fields, its cap notes
+    Z, info, solver, caps = _barycenters(
+        hidden, mask, gc, len(slots), alpha, L_b, reg, normalize, barycenter, bk, fs
     )
-    if slots.numel():
-        # (Y',) computed outcome groups, in the order of `slots`
-        groups = torch.unique(og[computed])
-        # (B,) computed group of each rollout, -1 = none
-        gc = torch.where(computed, torch.searchsorted(groups, og), -1)
-        fs = (
-            {**PLAN_DEFAULTS, **(plan_kw or {})}
-            if final_plans and metric != 'embed' and barycenter == 'linearized'
-            else None
-        )
-        # float32: rounding level
-        if fs is not None and 'stop_thr' not in (plan_kw or {}):
-            fs['stop_thr'] = max(fs['stop_thr'], 100 * torch.finfo(hidden.dtype).eps)
-        # here: hara_ref.appendix.exact imports this module
-        if barycenter == 'exact':
-            from hara_ref.appendix.exact import EXACT_DEFAULTS, exact_group_barycenters
-        bk = {**(EXACT_DEFAULTS if barycenter == 'exact' else BARY_DEFAULTS), **(bary_kw or {})}
-        Z, info = (
-            exact_group_barycenters(
-                hidden, mask, gc, len(groups), alpha=alpha, L_b=L_b, normalize=normalize, **bk
-            )
-            if barycenter == 'exact'
-            # (Y', L_b, d)
-            else group_barycenters(
-                hidden,
-                mask,
-                gc,
-                len(groups),
-                alpha=alpha,
-                L_b=L_b,
-                reg=reg,
-                normalize=normalize,
-                final_plans_kw=fs,
-                **bk,
-            )
-        )
-        tau_bar, it, sk, iters = (
-            info['tau_bar'].to(hidden.dtype),
-            info['n_iter'],
-            {'barycenter': info['inner_iters']},
-            info['n_iter_group'],
-        )
-        if fs is not None:
-            sk['final'] = info['final_plans_iters']
-        caps = _cap_notes(info, bk, fs, barycenter)
-        for n in caps:
-            warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)
-        notes += caps
-        # (B, T)
-        contrib = (
-            _embed_contributions(hidden, mask, gc, Z, normalize)
-            if metric == 'embed'
-            else info['token_cost']
-        )
-        # (B,) the group's mean novelty (mean LFGW for the plan metrics)
-        nbar = group_mean(contrib.sum(-1), og, computed) * computed
-        # no plan: the sequence-level distance, compared with the group's mean
-        if metric == 'embed':
-            # (B,), (B, T)
-            excess_seq = (contrib.sum(-1) - nbar) * computed
-            excess = excess_seq[:, None] * mask
-        else:
-            stage_nov, excess, excess_seq, ref = stage_novelty(
-                # (B, L_b), (B, T), (B,)
-                hidden,
-                mask,
-                gc,
-                Z,
-                og,
-                alpha,
-                reg,
-                normalize,
-                group_reference,
-                median_kw,
-            )
-            ref_iters, caps = (
-                (None, []) if ref is None else (ref['n_iter'], _median_notes(ref, median_kw))
-            )
-            for n in caps:
-                warnings.warn(f"hara_novelty: {n}", RuntimeWarning, stacklevel=2)
-            notes += caps
+    notes += group_notes + _warned(caps)
+    contrib = _contributions(hidden, mask, gc, Z, info, metric, normalize)  # (B, T)
+    # nbar, stage_nov, excess, excess_seq, ref_iters; the geometric median's cap notes
+    compared, caps = _group_excess(
+        hidden, mask, og, gc, Z, contrib, metric, alpha, reg, normalize, group_reference, median_kw
+    )
+    notes += _warned(caps)
     n_tok = token_novelty(contrib, mask)  # (B, T)
     return Novelty(
         contrib,
@@ -481,33 +586,9 @@ def hara_novelty(
         computed,
         slots,
         Z,
-        tau_bar,
-        it,
-        sk,
-        metric,
-        notes,
-        iters,
-        excess,
-        excess_seq,
-        nbar,
-        stage_nov,
-        group_reference,
-        ref_iters,
+        metric=metric,
+        notes=notes,
+        group_reference=group_reference,
+        **solver,  # tau_bar, bary_iters, inner_iters, bary_iters_group
+        **compared,  # nbar, stage_nov, excess, excess_seq, ref_iters
     )
-
-# %% ../../nbs/3_hara/12_novelty.ipynb #83246ab3
-def _embed_contributions(
-    hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
-    mask: torch.Tensor,  # (B, T) bool
-    gc: torch.Tensor,  # (B,) computed group of each rollout, -1 = none
-    Z: torch.Tensor,  # (Y', L_b, d) barycenter supports
-    normalize: str,  # feature normalisation, as the barycenter saw the features
-) -> torch.Tensor:
-    """Contributions (B, T) whose sum over tokens is ‖mean_j z_j - h_last‖ (Table 2's embedding
-    distance); 0 if not computed."""
-    L = mask.sum(-1)  # (B,)
-    h, s, _ = feature_scales(hidden, mask, normalize)  # (B, T, d) possibly rescaled rows, (B, T)
-    i, t = torch.arange(len(L), device=L.device), (L - 1).clamp(min=0)  # (B,), (B,)
-    last = h[i, t] * s[i, t].unsqueeze(-1)  # (B, d) normalised last hidden state
-    dist = (Z[gc.clamp(min=0)].mean(-2) - last).norm(dim=-1) * (gc >= 0)  # (B,)
-    return dist.unsqueeze(-1) * mask / L.clamp(min=1).unsqueeze(-1)  # (B, T)
