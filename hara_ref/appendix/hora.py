@@ -86,38 +86,38 @@ def _int_arg(x, name: str) -> int:
 
 
 def _allocation_args(successes, failures, budget, min_per_prompt) -> tuple:
-    "The allocators' inputs, checked: s, f (N,) float64, M and m_min ints."
+    "The allocators' inputs, checked: s, f (N,) float64, budget and m_min ints."
     s, f = _counts(successes, 'successes'), _counts(failures, 'failures')
     if s.ndim != 1 or s.shape != f.shape or len(s) == 0:
         raise ValueError(
             "successes and failures must be equal-length non-empty 1-D, "
             f"got {tuple(s.shape)} and {tuple(f.shape)}"
         )
-    M, m_min = _int_arg(budget, 'budget'), _int_arg(min_per_prompt, 'min_per_prompt')
-    if M < len(s) * m_min:
-        raise ValueError(f"budget {M} < {len(s)} prompts x min_per_prompt {m_min}")
-    top = (s + f).max().item()  # every gain compared has a + b + m <= top + 2 + M
-    if top + 2 + M > 2**40:
+    budget, m_min = _int_arg(budget, 'budget'), _int_arg(min_per_prompt, 'min_per_prompt')
+    if budget < len(s) * m_min:
+        raise ValueError(f"budget {budget} < {len(s)} prompts x min_per_prompt {m_min}")
+    top = (s + f).max().item()  # every gain compared has a + b + m <= top + 2 + budget
+    if top + 2 + budget > 2**40:
         raise ValueError(
             "successes + failures + budget must be <= 2**40 - 2 (float64 keeps "
-            f"consecutive gains ordered up to there), got {top:.0f} + budget {M}"
+            f"consecutive gains ordered up to there), got {top:.0f} + budget {budget}"
         )
-    return s, f, M, m_min
+    return s, f, budget, m_min
 
 
 def allocate_greedy(
     successes,
     failures,  # (N,) correct / wrong rollouts seen per prompt
-    budget: int,  # M, rollouts to hand out in total
+    budget: int,  # $n_{\mathrm{budget}}$, rollouts to hand out in total
     min_per_prompt: int = 0,  # m_min, every prompt gets at least this many
 ) -> torch.Tensor:  # (N,) int64 rollouts per prompt, summing to `budget`
-    "Greedy hit-utility allocation: max sum_i U_i(m_i) (Eq. 1), sum_i m_i = M, m_i >= m_min."
-    s, f, M, m_min = _allocation_args(successes, failures, budget, min_per_prompt)
+    "Greedy hit-utility allocation: max sum_i U_i(m_i) (Eq. 1), sum_i m_i = budget, m_i >= m_min."
+    s, f, budget, m_min = _allocation_args(successes, failures, budget, min_per_prompt)
     m = [m_min] * len(s)
     lg = log_marginal_gain(s, f, torch.tensor(m, dtype=torch.float64)).tolist()
     heap = [(-g, i) for i, g in enumerate(lg)]  # equal gains: the lower index first
     heapq.heapify(heap)
-    for _ in range(M - len(s) * m_min):
+    for _ in range(budget - len(s) * m_min):
         _, i = heapq.heappop(heap)
         m[i] += 1
         heapq.heappush(heap, (-log_marginal_gain(s[i], f[i], m[i]).item(), i))
@@ -139,15 +139,15 @@ def _count_above(
     s,
     f,  # (N,) float64 counts
     m0: int,  # m_min: the lists start at m = m0
-    lam: torch.Tensor,  # (K,) float64 thresholds
-    lo: torch.Tensor,  # (K, N) int64: each count is known to lie in [lo, hi]
-    hi: torch.Tensor,  # (K, N) int64
-) -> torch.Tensor:  # (K, N) int64 gains above each threshold, at most hi
-    "How many of prompt i's log gains (from m0 on) exceed lam_j (bisection, all j, i)."
+    theta: torch.Tensor,  # (n_thr,) float64 thresholds
+    lo: torch.Tensor,  # (n_thr, N) int64: each count is known to lie in [lo, hi]
+    hi: torch.Tensor,  # (n_thr, N) int64
+) -> torch.Tensor:  # (n_thr, N) int64 gains above each threshold, at most hi
+    "How many of prompt i's log gains (from m0 on) exceed theta_j (bisection, all j, i)."
     while (lo < hi).any():
-        mid = (lo + hi) // 2  # (K, N)
-        above = log_marginal_gain(s, f, (m0 + mid).double()) > lam[:, None]  # (K, N)
-        open_ = lo < hi  # (K, N)
+        mid = (lo + hi) // 2  # (n_thr, N)
+        above = log_marginal_gain(s, f, (m0 + mid).double()) > theta[:, None]  # (n_thr, N)
+        open_ = lo < hi  # (n_thr, N)
         lo, hi = torch.where(open_ & above, mid + 1, lo), torch.where(open_ & ~above, mid, hi)
     return lo
 
@@ -155,37 +155,45 @@ def _count_above(
 def allocate(
     successes,
     failures,  # (N,) correct / wrong rollouts seen per prompt
-    budget: int,  # M, rollouts to hand out in total
+    budget: int,  # $n_{\mathrm{budget}}$, rollouts to hand out in total
     min_per_prompt: int = 0,  # m_min, every prompt gets at least this many
-    thresholds: int = 15,  # K, thresholds counted per round of the search
+    thresholds: int = 15,  # n_thr, thresholds counted per round of the search
 ) -> torch.Tensor:  # (N,) int64 rollouts per prompt: `allocate_greedy`'s, tie for tie
-    "The greedy hit-utility allocation by a threshold on the log gains; time grows with N, log M."
-    s, f, M, m0 = _allocation_args(successes, failures, budget, min_per_prompt)
-    N, K, R = len(s), _int_arg(thresholds, 'thresholds'), M - len(s) * m0  # R above the minimum
-    if K < 1:
-        raise ValueError(f"thresholds must be >= 1, got {K}")
-    c_hi, c_lo = torch.zeros(N, dtype=torch.long), torch.full((N,), R)  # (N,) above hi, above lo
+    "Greedy hit-utility allocation by a threshold on the log gains; time grows with N, log budget."
+    s, f, budget, m0 = _allocation_args(successes, failures, budget, min_per_prompt)
+    N, n_thr = len(s), _int_arg(thresholds, 'thresholds')
+    extra = budget - len(s) * m0  # rollouts above the minimum
+    if n_thr < 1:
+        raise ValueError(f"thresholds must be >= 1, got {n_thr}")
+    # (N,) above hi, above lo
+    c_hi, c_lo = torch.zeros(N, dtype=torch.long), torch.full((N,), extra)
     hi = _key(log_marginal_gain(s, f, m0).max().item())  # none above the largest: sum_i #_i(hi) = 0
-    lo = _key(log_marginal_gain(s, f, m0 + max(R - 1, 0)).min().item()) - 1  # all R above lo
-    while hi - lo > 1 and (c_lo - c_hi).sum() > 64 * N:  # sum_i #_i(lo) >= R > sum_i #_i(hi)
-        ks = sorted({lo + (hi - lo) * j // (K + 1) for j in range(1, K + 1)} - {lo})  # in (lo, hi)
-        lam = torch.tensor([_unkey(k) for k in ks], dtype=torch.float64)  # (K,) increasing
-        c = _count_above(s, f, m0, lam, c_hi.expand(len(ks), N), c_lo.expand(len(ks), N))  # (K, N)
-        j = int((c.sum(1) >= R).sum())  # sum_i #_i falls as lam grows: the first j keep it >= R
+    # all `extra` above lo
+    lo = _key(log_marginal_gain(s, f, m0 + max(extra - 1, 0)).min().item()) - 1
+    while hi - lo > 1 and (c_lo - c_hi).sum() > 64 * N:  # sum_i #_i(lo) >= extra > sum_i #_i(hi)
+        # in (lo, hi)
+        ks = sorted({lo + (hi - lo) * j // (n_thr + 1) for j in range(1, n_thr + 1)} - {lo})
+        theta = torch.tensor([_unkey(k) for k in ks], dtype=torch.float64)  # (n_thr,) increasing
+        # (n_thr, N)
+        c = _count_above(s, f, m0, theta, c_hi.expand(len(ks), N), c_lo.expand(len(ks), N))
+        # sum_i #_i falls as theta grows: the first j keep it >= extra
+        j = int((c.sum(1) >= extra).sum())
         if j > 0:
             lo, c_lo = ks[j - 1], c[j - 1]
         if j < len(ks):
             hi, c_hi = ks[j], c[j]
     w = c_lo - c_hi  # (N,) undecided gains of each prompt: k in [c_hi, c_lo)
-    i = torch.repeat_interleave(torch.arange(N), w)  # (D,) their prompts, in index order ...
-    k = c_hi[i] + torch.arange(len(i)) - (w.cumsum(0) - w)[i]  # (D,) ... and positions, increasing
-    g = log_marginal_gain(s[i], f[i], (m0 + k).double())  # (D,)
-    top = torch.sort(g, descending=True, stable=True).indices[: R - int(c_hi.sum())]  # heap order
+    i = torch.repeat_interleave(torch.arange(N), w)  # (n_open,) their prompts, in index order ...
+    # (n_open,) ... and positions, increasing
+    k = c_hi[i] + torch.arange(len(i)) - (w.cumsum(0) - w)[i]
+    g = log_marginal_gain(s[i], f[i], (m0 + k).double())  # (n_open,)
+    # heap order
+    top = torch.sort(g, descending=True, stable=True).indices[: extra - int(c_hi.sum())]
     return m0 + c_hi + torch.bincount(i[top], minlength=N)  # (N,)
 
 # %% ../../nbs/6_appendix/33_hora.ipynb #13319aba
 def _pad_right(x: torch.Tensor, T: int, value) -> torch.Tensor:
-    "Right-pad a (B, t) tensor to (B, T)."
+    "Right-pad a (B, T') tensor, T' <= T, to (B, T)."
     return (
         torch.cat([x, x.new_full((x.shape[0], T - x.shape[1]), value)], 1) if x.shape[1] < T else x
     )

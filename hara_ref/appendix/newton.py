@@ -56,16 +56,16 @@ def semidual_reference(
             break
         # (m, m)  (N2) + the 1 1^T / m^2 of (N3), + a 1e-12 ridge (H can be singular)
         H = torch.diag(c + 1e-12 * c.max()) - T.T @ S + 1 / m**2
-        d = torch.linalg.solve(H, b - c)  # (m,)  (N3)
+        eta = torch.linalg.solve(H, b - c)  # (m,)  (N3)
         # no potential moves by more than 20 (H can be nearly singular)
-        t = min(1.0, 20 / float(d.abs().max()))
+        gamma = min(1.0, 20 / float(eta.abs().max()))
         while True:  # Armijo backtracking
-            S_new, J_new = point(ell + t * d)
+            S_new, J_new = point(ell + gamma * eta)
             # (the guard only matters at rounding level)
-            if J_new >= J + 1e-4 * t * ((b - c) @ d) or t < 1e-12:
+            if J_new >= J + 1e-4 * gamma * ((b - c) @ eta) or gamma < 1e-12:
                 break
-            t /= 2
-        ell, S, J = ell + t * d, S_new, J_new
+            gamma /= 2
+        ell, S, J = ell + gamma * eta, S_new, J_new
     if warn and err >= thr:
         warnings.warn(
             f"semidual_reference: stopped at max_iter={max_iter} Newton steps with "
@@ -78,101 +78,101 @@ def semidual_reference(
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #05246c4b
 def semidual_plan(
-    logK: torch.Tensor,  # (P, n, m) $\log \mathcal K = -M/\varepsilon$
-    a: torch.Tensor,  # (P, n) row weights (0 = padding)
-    b: torch.Tensor,  # (P, m) column weights (0 = padding, where log_v = -inf)
-    log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
-) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), E (P, n, m), s (P, n, 1)
+    logK: torch.Tensor,  # (B, n, m) $\log \mathcal K = -M/\varepsilon$
+    a: torch.Tensor,  # (B, n) row weights (0 = padding)
+    b: torch.Tensor,  # (B, m) column weights (0 = padding, where log_v = -inf)
+    log_v: torch.Tensor,  # (B, m) column log-scalings $\ell$
+) -> tuple:  # T (B, n, m), log_u (B, n), c (B, m), J (B,), E (B, n, m), s (B, n, 1)
     """Plan with exact rows at $\\ell$, its row potentials, column mass and semi-dual (N1), in one
     pass over the kernel; also E = $e^{\\log \\mathcal K + \\ell - \\max}$ and its row sums s
     ($\\Gamma$ = E / s), kept for `semidual_hessian`."""
-    E = logK + log_v.unsqueeze(-2)  # (P, n, m)  log K + ell
-    mx = E.amax(-1, keepdim=True)  # (P, n, 1)
-    E = E.sub_(mx).exp_()  # (P, n, m) e^{log K + ell - max}, in place
-    s = E.sum(-1, keepdim=True)  # (P, n, 1)
-    T = E * (a.unsqueeze(-1) / s)  # (P, n, m)  a_i Γ_ij
-    # (P, n) LSE_j; padding rows carry no term
+    E = logK + log_v.unsqueeze(-2)  # (B, n, m)  log K + ell
+    mx = E.amax(-1, keepdim=True)  # (B, n, 1)
+    E = E.sub_(mx).exp_()  # (B, n, m) e^{log K + ell - max}, in place
+    s = E.sum(-1, keepdim=True)  # (B, n, 1)
+    T = E * (a.unsqueeze(-1) / s)  # (B, n, m)  a_i Γ_ij
+    # (B, n) LSE_j; padding rows carry no term
     lse = (mx + s.log()).squeeze(-1).masked_fill_(a == 0, 0.0)
-    c = T.sum(-2)  # (P, m)
-    J = (b * log_v.masked_fill(b == 0, 0.0)).sum(-1) - (a * lse).sum(-1)  # (P,)  (N1)
+    c = T.sum(-2)  # (B, m)
+    J = (b * log_v.masked_fill(b == 0, 0.0)).sum(-1) - (a * lse).sum(-1)  # (B,)  (N1)
     return T, a.log() - lse, c, J, E, s
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #a3c1e0b7
 def semidual_hessian(
-    T: torch.Tensor,  # (P, n, m) plan from `semidual_plan`
-    c: torch.Tensor,  # (P, m) its column mass
-    E: torch.Tensor,  # (P, n, m) $e^{\log \mathcal K + \ell - \max}$ at the same point
-    s: torch.Tensor,  # (P, n, 1) row sums of E
-) -> torch.Tensor:  # H (P, m, m)
+    T: torch.Tensor,  # (B, n, m) plan from `semidual_plan`
+    c: torch.Tensor,  # (B, m) its column mass
+    E: torch.Tensor,  # (B, n, m) $e^{\log \mathcal K + \ell - \max}$ at the same point
+    s: torch.Tensor,  # (B, n, 1) row sums of E
+) -> torch.Tensor:  # H (B, m, m)
     """$H = \\operatorname{diag}(b') - T^\\top \\Gamma$ (N2), $b'$ = `c`, at the point
     `semidual_plan` evaluated: the $O(L L_b^2)$ product of a Newton step."""
-    return torch.diag_embed(c) - (T / s).transpose(-1, -2) @ E  # (P, m, m)  T^T Γ = (T/s)^T E
+    return torch.diag_embed(c) - (T / s).transpose(-1, -2) @ E  # (B, m, m)  T^T Γ = (T/s)^T E
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #5e9d2c41
 def semidual_point(
-    logK: torch.Tensor,  # (P, n, m) $\log \mathcal K = -M/\varepsilon$
-    a: torch.Tensor,  # (P, n) row weights (0 = padding)
-    b: torch.Tensor,  # (P, m) column weights (0 = padding, where log_v = -inf)
-    log_v: torch.Tensor,  # (P, m) column log-scalings $\ell$
-) -> tuple:  # T (P, n, m), log_u (P, n), c (P, m), J (P,), H (P, m, m)
+    logK: torch.Tensor,  # (B, n, m) $\log \mathcal K = -M/\varepsilon$
+    a: torch.Tensor,  # (B, n) row weights (0 = padding)
+    b: torch.Tensor,  # (B, m) column weights (0 = padding, where log_v = -inf)
+    log_v: torch.Tensor,  # (B, m) column log-scalings $\ell$
+) -> tuple:  # T (B, n, m), log_u (B, n), c (B, m), J (B,), H (B, m, m)
     """Everything a Newton step needs at $\\ell$: `semidual_plan`, then `semidual_hessian`."""
     T, log_u, c, J, E, s = semidual_plan(logK, a, b, log_v)
     return T, log_u, c, J, semidual_hessian(T, c, E, s)
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #f972a3aa
 def sinkhorn_column_step(
-    c: torch.Tensor,  # (P, m) column mass of the current plan
-    b: torch.Tensor,  # (P, m) column weights (0 = padding)
-) -> torch.Tensor:  # (P, m) $\log b - \log b'$ ($b'$ = `c`), 0 on padding columns
+    c: torch.Tensor,  # (B, m) column mass of the current plan
+    b: torch.Tensor,  # (B, m) column weights (0 = padding)
+) -> torch.Tensor:  # (B, m) $\log b - \log b'$ ($b'$ = `c`), 0 on padding columns
     """Sinkhorn's exact column update as a step in $\\ell$: it maximises the dual with the rows
     fixed, so it never lowers $J$."""
     return (b.log() - c.log()).masked_fill(b == 0, 0.0)
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #31052471
 def newton_direction(
-    H: torch.Tensor,  # (P, m, m) $\operatorname{diag}(b') - T^\top \Gamma$
-    c: torch.Tensor,  # (P, m) column mass
-    b: torch.Tensor,  # (P, m) column weights (0 = padding)
-) -> tuple:  # step d (P, m), gradient b - c (P, m)
+    H: torch.Tensor,  # (B, m, m) $\operatorname{diag}(b') - T^\top \Gamma$
+    c: torch.Tensor,  # (B, m) column mass
+    b: torch.Tensor,  # (B, m) column weights (0 = padding)
+) -> tuple:  # step eta (B, m), gradient b - c (B, m)
     """Newton step (N3) on the real columns, by Cholesky; Sinkhorn's update
     $\\log b - \\log b'$ where the factorisation fails."""
-    real = b > 0  # (P, m)
-    q = real.to(H.dtype) / real.sum(-1, keepdim=True)  # (P, m)  1/m on real columns
-    # (P, m) relative 1e-12 (H can be singular); identity on padding columns
+    real = b > 0  # (B, m)
+    q = real.to(H.dtype) / real.sum(-1, keepdim=True)  # (B, m)  1/m on real columns
+    # (B, m) relative 1e-12 (H can be singular); identity on padding columns
     ridge = 1e-12 * c.amax(-1, keepdim=True) * real + (~real).to(H.dtype)
-    H = H + q.unsqueeze(-1) * q.unsqueeze(-2) + torch.diag_embed(ridge)  # (P, m, m)
-    grad = (b - c).masked_fill(~real, 0.0)  # (P, m)
-    L, info = torch.linalg.cholesky_ex(H)
-    d = torch.cholesky_solve(grad.unsqueeze(-1), L).squeeze(-1)  # (P, m)
-    ok = ((info == 0) & torch.isfinite(d).all(-1)).unsqueeze(-1)  # (P, 1)
+    H = H + q.unsqueeze(-1) * q.unsqueeze(-2) + torch.diag_embed(ridge)  # (B, m, m)
+    grad = (b - c).masked_fill(~real, 0.0)  # (B, m)
+    chol, info = torch.linalg.cholesky_ex(H)
+    eta = torch.cholesky_solve(grad.unsqueeze(-1), chol).squeeze(-1)  # (B, m)
+    ok = ((info == 0) & torch.isfinite(eta).all(-1)).unsqueeze(-1)  # (B, 1)
     if bool(ok.all()):
-        return d, grad
-    return torch.where(ok, d, sinkhorn_column_step(c, b)), grad
+        return eta, grad
+    return torch.where(ok, eta, sinkhorn_column_step(c, b)), grad
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #4da47a7b
-def _line_search(logK, a, b, state, d, grad):
-    """One ascent step per problem: Newton at t = 1, 1/4, ..., 1/4^7 (Armijo), else Sinkhorn's
+def _line_search(logK, a, b, state, eta, grad):
+    """One ascent step per problem: Newton at gamma = 1, 1/4, ..., 1/4^7 (Armijo), else Sinkhorn's
     column update; returns the new (log_v, T, log_u, c, J, E, s). A trial evaluates only the
     problems whose earlier trials all failed."""
     log_v, log_u, c, J = state[0], state[2], state[3], state[4]
-    # (P, 1) no potential moves by more than 20
-    t = (20.0 / d.abs().amax(-1).clamp_min(1e-300)).clamp(max=1.0).unsqueeze(-1)
-    # (P,) ascent predicted by the gradient at t
-    slope = (t * (grad * d).sum(-1, keepdim=True)).squeeze(-1)
-    # (P,) rounding of J (padding: 0 * inf)
+    # (B, 1) no potential moves by more than 20
+    gamma = (20.0 / eta.abs().amax(-1).clamp_min(1e-300)).clamp(max=1.0).unsqueeze(-1)
+    # (B,) ascent predicted by the gradient at gamma
+    slope = (gamma * (grad * eta).sum(-1, keepdim=True)).squeeze(-1)
+    # (B,) rounding of J (padding: 0 * inf)
     slack = (
         64
         * torch.finfo(J.dtype).eps
         * (J.abs() + (a * log_u.abs()).nan_to_num(0.0, 0.0, 0.0).sum(-1) + 1)
     )
-    out, rest = None, None  # the new point; (R,) problems still searching (None: all)
+    out, rest = None, None  # the new point; (B_s,) problems still searching (None: all)
     for trial in range(9):
         pick = (lambda x: x) if rest is None else (lambda x: x[rest])
-        # (R, m) Newton, shorter Newton steps, then Sinkhorn
-        step = pick(t) * pick(d) if trial < 8 else sinkhorn_column_step(pick(c), pick(b))
-        cand = (pick(log_v) + step).masked_fill(pick(b) == 0, -math.inf)  # (R, m)
+        # (B_s, m) Newton, shorter Newton steps, then Sinkhorn
+        step = pick(gamma) * pick(eta) if trial < 8 else sinkhorn_column_step(pick(c), pick(b))
+        cand = (pick(log_v) + step).masked_fill(pick(b) == 0, -math.inf)  # (B_s, m)
         new = (cand,) + semidual_plan(pick(logK), pick(a), pick(b), cand)
-        # (R,) Armijo's test; the Sinkhorn update is always taken
+        # (B_s,) Armijo's test; the Sinkhorn update is always taken
         acc = (
             new[4] >= pick(J) + 1e-4 * pick(slope) - pick(slack)
             if trial < 8
@@ -186,22 +186,22 @@ def _line_search(logK, a, b, state, d, grad):
         rest = rest[~acc]
         if rest.numel() == 0:
             break
-        t, slope = t / 4, slope / 4
+        gamma, slope = gamma / 4, slope / 4
     return out
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #0b6e4f18
 def _newton_solve(logK, a, b, log_v, thr, num_iter_max):
-    """Newton's iteration on one chunk of P problems: log_v (P, m), T (P, n, m), log_u (P, n), err
-    (P,), n_item (P,). A problem leaves the working tensors when it stops; H is formed only where a
+    """Newton's iteration on one chunk of B problems: log_v (B, m), T (B, n, m), log_u (B, n), err
+    (B,), n_item (B,). A problem leaves the working tensors when it stops; H is formed only where a
     step starts."""
-    P = len(b)
+    B = len(b)
     # the answers, written as problems finish
     out = (torch.empty_like(log_v), torch.empty_like(logK), torch.empty_like(a))
-    err_out, n_item = b.new_empty(P), torch.zeros(P, dtype=torch.long, device=b.device)
-    rows = torch.arange(P, device=b.device)  # (A,) the problems still iterating
+    err_out, n_item = b.new_empty(B), torch.zeros(B, dtype=torch.long, device=b.device)
+    rows = torch.arange(B, device=b.device)  # (B_a,) the problems still iterating
     state = (log_v,) + semidual_plan(logK, a, b, log_v)  # (log_v, T, log_u, c, J, E, s)
     for it in range(num_iter_max + 1):  # it: Newton steps taken so far
-        err = (state[3] - b).norm(dim=-1)  # (A,)
+        err = (state[3] - b).norm(dim=-1)  # (B_a,)
         go = ~(err < thr) if it < num_iter_max else torch.zeros_like(err, dtype=torch.bool)
         if not bool(go.all()):  # some problems are done: write their answers, keep the rest
             done = ~go
@@ -212,9 +212,9 @@ def _newton_solve(logK, a, b, log_v, thr, num_iter_max):
                 break
             rows, logK, a, b, thr = (x[go] for x in (rows, logK, a, b, thr))
             state = tuple(x[go] for x in state)
-        H = semidual_hessian(state[1], state[3], state[5], state[6])  # (A, m, m)
-        d, grad = newton_direction(H, state[3], b)
-        state = _line_search(logK, a, b, state, d, grad)
+        H = semidual_hessian(state[1], state[3], state[5], state[6])  # (B_a, m, m)
+        eta, grad = newton_direction(H, state[3], b)
+        state = _line_search(logK, a, b, state, eta, grad)
     return out + (err_out, n_item)
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #e8e0a550
@@ -264,9 +264,9 @@ def semidual_newton(
     # (...,) the input dtype's stopping rule
     thr = item_thresholds(stop_thr, M, b, reg, M_max).double()
     shape, (n, m) = M.shape[:-2], M.shape[-2:]
-    # (P, n), (P, m), (P,)
+    # (B, n), (B, m), (B,)
     a, b, thr = a.reshape(-1, n).double(), b.reshape(-1, m).double(), thr.reshape(-1)
-    M, present = M.reshape(-1, n, m), a.sum(-1) > 0  # (P, n, m), (P,)
+    M, present = M.reshape(-1, n, m), a.sum(-1) > 0  # (B, n, m), (B,)
     # absent items: stand-in rows, zero plan at the end
     if not present.all():
         a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / n))
@@ -275,8 +275,8 @@ def semidual_newton(
         if log_v0 is None
         else torch.as_tensor(log_v0).to(b).expand(*shape, m).reshape(-1, m)
     )
-    log_v = log_v.masked_fill(b == 0, -math.inf)  # (P, m) padding columns at -inf
-    if chunk is None:  # 16 problems on a CPU, all P elsewhere
+    log_v = log_v.masked_fill(b == 0, -math.inf)  # (B, m) padding columns at -inf
+    if chunk is None:  # 16 problems on a CPU, all B elsewhere
         chunk = 16 if b.device.type == 'cpu' else max(len(b), 1)
     # one chunk of problems at a time: small working tensors
     parts = [

@@ -158,8 +158,8 @@ def entropy_weights(
     mask: torch.Tensor,  # (B, T) bool
     rho: float = 0.2,  # χ, share of the batch's tokens kept (Wang et al.: 0.2)
 ) -> torch.Tensor:
-    """Wang et al.'s forking-token weights (B, T): 1 on the top-ρ highest-entropy real tokens of the
-    batch, else 0 (1 on padding)."""
+    """Wang et al.'s forking-token weights (B, T): 1 on the top-χ highest-entropy real tokens of the
+    batch (χ = `rho`), else 0 (1 on padding)."""
     mask = (
         check_mask(torch.as_tensor(mask, device=entropy.device), *entropy.shape[:2])
         if entropy.ndim == 2
@@ -179,8 +179,8 @@ def entropy_weights(
 # %% ../../nbs/3_hara/14_baselines.ipynb #4443b7ae
 def position_weights(
     mask: torch.Tensor,  # (B, T) bool
-    lam: float = 0.99,  # λ, decay per token
-    style: str = 'recent',  # 'recent': λ^(L-t) (decays away from the reward); 'early': λ^(t-1)
+    lam: float = 0.99,  # λ_decay, decay per token
+    style: str = 'recent',  # 'recent': λ_decay^(L-t) (away from the reward); 'early': λ_decay^(t-1)
 ) -> torch.Tensor:
     "Position-only token weights (B, T) (our reading of GRPO-λ's traces), 1 on padding."
     mask = check_mask(torch.as_tensor(mask), *mask.shape) if mask.ndim == 2 else None
@@ -265,7 +265,8 @@ def position_advantages(
     lam: float = 0.99,
     style: str = 'recent',
 ) -> tuple:
-    "Position weighting (our reading of GRPO-λ): A_i λ^(L_i - t) (or λ^(t-1)), and a record."
+    """Position weighting (our reading of GRPO-λ): A_i λ_decay^(L_i - t) (or λ_decay^(t-1)), and a
+    record."""
     mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
     A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
     w = position_weights(mask, lam, style).to(dtype)  # (B, T)

@@ -262,9 +262,10 @@ def _kuhn_data_point(
         diff = P - P[:, a : a + 1]  # (N, K, D) y_k - p
         dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
         at = here & (dist == 0)  # (N, K) members sitting at p
-        # R(p) = Σ_{y_k ≠ p} (y_k - p)/‖y_k - p‖; p is a minimiser iff ‖R(p)‖ <= w(p) = #{y_k = p}
+        # pull(p) = Σ_{y_k ≠ p} (y_k - p)/‖y_k - p‖; p is a minimiser iff
+        # ‖pull(p)‖ <= mult(p) = #{y_k = p}
         u = diff / dist.clamp_min(tiny)[..., None]  # (N, K, D) unit vectors from p
-        r = torch.linalg.vector_norm((u * (here & ~at)[..., None]).sum(1), dim=-1)  # (N,) ‖R(p)‖
+        r = torch.linalg.vector_norm((u * (here & ~at)[..., None]).sum(1), dim=-1)  # (N,) ‖pull(p)‖
         ok = here[:, a] & (r < at.sum(-1).to(P.dtype) - margin) & ~found  # strict: p the only one
         point, found = torch.where(ok[:, None], P[:, a], point), found | ok
     return found, point
@@ -273,47 +274,47 @@ def _kuhn_data_point(
 def _weiszfeld_step(
     P: torch.Tensor,  # (N, K, D) points
     here: torch.Tensor,  # (N, K) bool, present
-    m: torch.Tensor,  # (N, D) current iterate
-    # (N,) members within this distance of m count as sitting at m (None: only those at m)
+    ybar: torch.Tensor,  # (N, D) current iterate ȳ
+    # (N,) members within this distance of ȳ count as sitting at ȳ (None: only those at ȳ)
     radius: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One Weiszfeld step, with Vardi and Zhang's rule for the members at m (or within `radius`);
+    """One Weiszfeld step, with Vardi and Zhang's rule for the members at ȳ (or within `radius`);
     (N, D)."""
-    diff = P - m[:, None]  # (N, K, D) y_k - m
+    diff = P - ybar[:, None]  # (N, K, D) y_k - ȳ
     dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
     near = torch.zeros_like(dist[:, :1]) if radius is None else radius[:, None]  # (N, 1)
-    tiny, at = torch.finfo(P.dtype).tiny, here & (dist <= near)  # (N, K) members at m
-    inv = (here & ~at) / dist.clamp_min(tiny)  # (N, K) Weiszfeld weights 1/‖y_k - m‖
-    R = (inv[..., None] * diff).sum(1)  # (N, D) R(m) = Σ_k (y_k - m)/‖y_k - m‖
-    # T(m) = Σ_k y_k/‖y_k - m‖ / Σ_k 1/‖y_k - m‖ = m + R(m) / Σ_k 1/‖y_k - m‖
-    T = m + R / inv.sum(-1, keepdim=True).clamp_min(tiny)  # (N, D)
-    # Vardi-Zhang: m' = (1 - β) T + β m, β = min(1, η/‖R‖), η = members at m (0 off the data);
-    # β = 1 (m stays) is Kuhn's test ‖R(m)‖ <= η
-    r = torch.linalg.vector_norm(R, dim=-1, keepdim=True)  # (N, 1)
-    beta = (at.sum(-1, keepdim=True) / r.clamp_min(tiny)).clamp(max=1)  # (N, 1)
-    return (1 - beta) * T + beta * m  # (N, D)
+    tiny, at = torch.finfo(P.dtype).tiny, here & (dist <= near)  # (N, K) members at ȳ
+    inv = (here & ~at) / dist.clamp_min(tiny)  # (N, K) Weiszfeld weights 1/‖y_k - ȳ‖
+    pull = (inv[..., None] * diff).sum(1)  # (N, D) pull(ȳ) = Σ_k (y_k - ȳ)/‖y_k - ȳ‖
+    # W(ȳ) = Σ_k y_k/‖y_k - ȳ‖ / Σ_k 1/‖y_k - ȳ‖ = ȳ + pull(ȳ) / Σ_k 1/‖y_k - ȳ‖
+    W = ybar + pull / inv.sum(-1, keepdim=True).clamp_min(tiny)  # (N, D)
+    # Vardi-Zhang: ȳ' = (1 - stay) W + stay ȳ, stay = min(1, mult/‖pull‖), mult = members at ȳ
+    # (0 off the data); stay = 1 (ȳ stays) is Kuhn's test ‖pull(ȳ)‖ <= mult
+    r = torch.linalg.vector_norm(pull, dim=-1, keepdim=True)  # (N, 1)
+    stay = (at.sum(-1, keepdim=True) / r.clamp_min(tiny)).clamp(max=1)  # (N, 1)
+    return (1 - stay) * W + stay * ybar  # (N, D)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #7011c717
 def _newton_step(
     P: torch.Tensor,  # (N, K, D) points
     here: torch.Tensor,  # (N, K) bool, present
-    m: torch.Tensor,  # (N, D) current iterate, off the data points
+    ybar: torch.Tensor,  # (N, D) current iterate ȳ, off the data points
 ) -> torch.Tensor:
-    """Newton's step on f(m) = Σ_k ‖y_k - m‖, solved in K x K by Woodbury's identity; (N, D), nan on
+    """Newton's step on f(ȳ) = Σ_k ‖y_k - ȳ‖, solved in K x K by Woodbury's identity; (N, D), nan on
     data points."""
-    diff = P - m[:, None]  # (N, K, D) y_k - m
+    diff = P - ybar[:, None]  # (N, K, D) y_k - ȳ
     dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
     tiny = torch.finfo(P.dtype).tiny
-    inv = here / dist.clamp_min(tiny)  # (N, K) 1/‖y_k - m‖ (0 for absent members)
+    inv = here / dist.clamp_min(tiny)  # (N, K) 1/‖y_k - ȳ‖ (0 for absent members)
     s = inv.sum(-1, keepdim=True)  # (N, 1)
-    U = diff * inv[..., None]  # (N, K, D) rows u_k = (y_k - m)/‖y_k - m‖
-    R = U.sum(1)  # (N, D) -∇f(m)
-    # ∇²f = s I - Uᵀ diag(1/‖y_k - m‖) U, so (∇²f)⁻¹ R = (R + Uᵀ M⁻¹ U R)/s, M = diag(s ‖y_k - m‖) -
-    # U Uᵀ
-    M = torch.diag_embed(torch.where(here, s * dist, 1.0)) - U @ U.transpose(-1, -2)  # (N, K, K)
-    c = torch.linalg.solve_ex(M, U @ R[..., None])[0]  # (N, K, 1)
-    step = (R + (U.transpose(-1, -2) @ c).squeeze(-1)) / s  # (N, D)
-    return torch.where((here & (dist == 0)).any(-1, keepdim=True), torch.nan, m + step)  # (N, D)
+    U = diff * inv[..., None]  # (N, K, D) rows u_k = (y_k - ȳ)/‖y_k - ȳ‖
+    pull = U.sum(1)  # (N, D) pull(ȳ) = -∇f(ȳ)
+    # ∇²f = s I - Uᵀ diag(1/‖y_k - ȳ‖) U, so (∇²f)⁻¹ pull = (pull + Uᵀ Kmat⁻¹ U pull)/s, with
+    # the K x K matrix Kmat = diag(s ‖y_k - ȳ‖) - U Uᵀ
+    Kmat = torch.diag_embed(torch.where(here, s * dist, 1.0)) - U @ U.transpose(-1, -2)  # (N, K, K)
+    c = torch.linalg.solve_ex(Kmat, U @ pull[..., None])[0]  # (N, K, 1)
+    step = (pull + (U.transpose(-1, -2) @ c).squeeze(-1)) / s  # (N, D)
+    return torch.where((here & (dist == 0)).any(-1, keepdim=True), torch.nan, ybar + step)  # (N, D)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #6ecbe7d9
 def _f_diff(
@@ -322,7 +323,7 @@ def _f_diff(
     a: torch.Tensor,  # (N, D) one candidate
     b: torch.Tensor,  # (N, D) another
 ) -> torch.Tensor:
-    """f(a) - f(b), f(m) = Σ_k ‖y_k - m‖, without cancellation when a ≈ b; (N,) (nan if a or b
+    """f(a) - f(b), f(ȳ) = Σ_k ‖y_k - ȳ‖, without cancellation when a ≈ b; (N,) (nan if a or b
     is)."""
     da, db = P - a[:, None], P - b[:, None]  # (N, K, D) y_k - a, y_k - b
     # ‖y_k - a‖ - ‖y_k - b‖ = (b - a)·(2 y_k - a - b) / (‖y_k - a‖ + ‖y_k - b‖)
@@ -334,10 +335,11 @@ def _f_diff(
 def _nearest_point(
     P: torch.Tensor,  # (N, K, D) points
     here: torch.Tensor,  # (N, K) bool, present
-    m: torch.Tensor,  # (N, D) current iterate
+    ybar: torch.Tensor,  # (N, D) current iterate ȳ
 ) -> torch.Tensor:
     "The present point nearest to each iterate, (N, D)."
-    dist = torch.linalg.vector_norm(P - m[:, None], dim=-1).masked_fill(~here, torch.inf)  # (N, K)
+    dist = torch.linalg.vector_norm(P - ybar[:, None], dim=-1)  # (N, K)
+    dist = dist.masked_fill(~here, torch.inf)  # (N, K) absent members never nearest
     return P[torch.arange(len(P), device=P.device), dist.argmin(-1)]  # (N, D)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #895cba52
@@ -350,9 +352,9 @@ def geometric_median(
     "Geometric median of each node's present points (N, D) (nan if none), and the solver's info."
     n, eps = here.sum(-1), torch.finfo(P.dtype).eps  # (N,)
     mean = (P * here[..., None]).sum(1) / n.clamp(min=1)[:, None]  # (N, D) coordinatewise mean
-    found, m = _kuhn_data_point(P, here)  # (N,), (N, D) one member, copies, a majority, ...
+    found, ybar = _kuhn_data_point(P, here)  # (N,), (N, D) one member, copies, a majority, ...
     start = torch.where(n[:, None] > 0, mean, torch.nan)  # (N, D) two members: their midpoint, done
-    m = torch.where(found[:, None], m, start)  # (N, D)
+    ybar = torch.where(found[:, None], ybar, start)  # (N, D)
     dev = torch.linalg.vector_norm(P - mean[:, None], dim=-1)  # (N, K)
     spread = (dev * here).sum(-1) / n.clamp(min=1)  # (N,) mean distance from the mean
     rounding = 16 * eps * torch.linalg.vector_norm(mean, dim=-1)  # (N,)
@@ -361,18 +363,19 @@ def geometric_median(
     active, it = (n >= 3) & ~found, 0  # (N,) nodes left to iterate
     while active.any() and it < max_iter:
         i = active.nonzero().flatten()  # (N',)
-        Pi, hi, mi = P[i], here[i], m[i]  # (N', K, D), (N', K), (N', D)
-        new, p = _weiszfeld_step(Pi, hi, mi), _nearest_point(Pi, hi, mi)  # (N', D) each
-        nt = _newton_step(Pi, hi, mi) - mi  # (N', D) Newton's step (nan on a data point)
-        # Newton's step, damped; from the nearest point p, Vardi-Zhang's step, p's cluster merged
-        cands = [mi + t * nt for t in (1, 1 / 2, 1 / 4, 1 / 8)]
+        Pi, hi, yi = P[i], here[i], ybar[i]  # (N', K, D), (N', K), (N', D)
+        new, p = _weiszfeld_step(Pi, hi, yi), _nearest_point(Pi, hi, yi)  # (N', D) each
+        nt = _newton_step(Pi, hi, yi) - yi  # (N', D) Newton's step (nan on a data point)
+        # Newton's step, damped (step length gamma); from the nearest point p, Vardi-Zhang's step,
+        # p's cluster merged
+        cands = [yi + gamma * nt for gamma in (1, 1 / 2, 1 / 4, 1 / 8)]
         cands += [_weiszfeld_step(Pi, hi, p, r[i]) for r in radii]
         for c in cands:  # the lowest f (a nan candidate compares False)
             new = torch.where((_f_diff(Pi, hi, c, new) < 0)[:, None], c, new)  # (N', D)
-        active[i] = torch.linalg.vector_norm(new - mi, dim=-1) > thr[i]
-        m[i], it = new, it + 1
+        active[i] = torch.linalg.vector_norm(new - yi, dim=-1) > thr[i]
+        ybar[i], it = new, it + 1
     left = int(active.sum())
-    return m, dict(converged=left == 0, n_iter=it, unconverged=left, nodes=len(n))
+    return ybar, dict(converged=left == 0, n_iter=it, unconverged=left, nodes=len(n))
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #8dd0d9f8
 def group_geometric_median(

@@ -145,16 +145,16 @@ def gw_gradient(
 # %% ../../nbs/2_ot/06_fgw.ipynb #13f16325
 def fgw_line_search(
     plan: torch.Tensor,  # (n, m) current plan $T$
-    delta: torch.Tensor,  # (n, m) direction $\Delta = \tilde T - T$ (zero marginals)
+    delta: torch.Tensor,  # (n, m) direction $X = \tilde T - T$ (zero marginals)
     M: torch.Tensor,  # (n, m) feature cost
     C1: torch.Tensor,  # (n, n) symmetric structure 1
     C2: torch.Tensor,  # (m, m) symmetric structure 2
     alpha: float,  # structure weight
 ) -> tuple:  # (gamma, change of the objective at gamma)
-    """Exact line search for the square-loss FGW objective along $\\Delta$: minimise the parabola
+    """Exact line search for the square-loss FGW objective along $X$: minimise the parabola
     $\\tfrac12\\ddot{\\mathcal F}\\gamma^2 + \\dot{\\mathcal F}\\gamma$ on $[0,1]$."""
     dot = C1 @ delta @ C2.T  # (n, m)
-    qa = float(-2 * alpha * (dot * delta).sum())  # F''/2 = -2 alpha <C1 D C2, D>
+    qa = float(-2 * alpha * (dot * delta).sum())  # F''/2 = -2 alpha <C1 X C2, X>
     qb = float((1 - alpha) * (M * delta).sum() - 4 * alpha * (dot * plan).sum())  # F'(0)
     if qa > 0:
         gamma = min(1.0, max(0.0, -qb / (2 * qa)))  # convex parabola: clipped vertex

@@ -90,8 +90,8 @@ def rounding_tol(
     n: int = 1,  # length of the longest reduction (sum, dot product, softmax) behind one value
     dtype=torch.float32,  # dtype the values were computed in
 ) -> float:  # absolute tolerance
-    """Tolerance for two computations that round differently: 8 sqrt(n) u scale, u =
-    finfo(dtype).eps."""
+    """Tolerance for two computations that round differently: λ_HM sqrt(n) u scale, λ_HM = 8,
+    u = finfo(dtype).eps."""
     return 8 * math.sqrt(max(int(n), 1)) * torch.finfo(dtype).eps * float(scale)
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #6d1dd8d3
