@@ -211,3 +211,12 @@ def test_index_links_every_chapter(tmp_path):
     assert re.findall(r'href="(\w+)\.html"', nav)[1:] == ['index', 'hara_math'] + [
         n.stem for n in nbs if n.stem not in ('index', 'hara_math')
     ]
+
+
+def test_make_test_skips_slow_cells_and_make_docs_runs_them():
+    """`nbdev_test` (make test) skips the cells carrying a flag of settings.ini's `tst_flags`, which
+    it splits on whitespace: `slow` must be one of them; the docs builder skips only `notest`."""
+    from nbdev.config import get_config
+
+    assert {'notest', 'slow'} <= set(get_config(path=ROOT).tst_flags.split())
+    assert docs.SKIP_FLAGS == {'notest'}

@@ -229,6 +229,16 @@ def test_sft_learns_the_format(tok):
     assert 0 <= ev['pass1'] <= ev['passk'] <= 1 and ev['length'] > 0
 
 
+def test_chunked_scoring_keeps_peak_memory_down_at_qwen3_vocab():
+    """Chapter 15's peak-memory runs (a `slow` cell there): at Qwen3's vocabulary, scoring in chunks
+    of 32 tokens grows the peak RSS by under a third of what full (B, T, V) logits take."""
+    from hara_ref.train.policy import peak_rss_mib
+
+    full, chunked = peak_rss_mib(4, 64, chunk_tokens=None), peak_rss_mib(4, 64, chunk_tokens=32)
+    assert full > 4 * 64 * 151_936 * 4 / 2**20 / 2  # at least half of the float32 logits (MiB)
+    assert chunked < full / 3
+
+
 @pytest.mark.float32
 @pytest.mark.parametrize('chunk', [1, 7, 64, 4096])
 def test_chunked_scoring_equals_unchunked_at_qwen3_vocab(tok, chunk):

@@ -363,8 +363,13 @@ def peak_rss_mib(
         'none' if chunk_tokens is None else str(chunk_tokens),
         '1' if grad else '0',
     ]
+    env = {**os.environ, 'MALLOC_MMAP_THRESHOLD_': str(128 * 1024)}  # large blocks: mmap, returned
     r = subprocess.run(
-        [sys.executable, '-c', _PEAK_SCRIPT, *args], capture_output=True, text=True, check=True
+        [sys.executable, '-c', _PEAK_SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     )
     return float(r.stdout.split()[-1])
 
