@@ -87,7 +87,8 @@ def test_time_helpers_and_incomplete_run():
 
 def test_quick_study_end_to_end_and_resume(tmp_path, capsys):
     """The --quick command on a few steps: runs, report files, figures; a second call resumes and
-    runs nothing."""
+    runs nothing. One worker: the runner's worker processes are tested with `hara-ref train`
+    (test_training_cli)."""
     from hara_ref.practice.cli import main
 
     out = tmp_path / 'study'
@@ -107,7 +108,7 @@ def test_quick_study_end_to_end_and_resume(tmp_path, capsys):
         '--eval-samples',
         '4',
         '--workers',
-        '2',
+        '1',
         '--threads',
         '1',
     ]
