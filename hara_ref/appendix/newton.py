@@ -11,13 +11,16 @@ from hara_ref.ot.entropic import (
     as_reg,
     check_ot_inputs,
     check_iterations,
-    item_thresholds,
-    solve_in_float32,
-    check_warm_start,
     broadcast_batch,
     stop_floor,
 )
-from .sinkhorn import SinkhornConvergenceWarning, empty_result
+from hara_ref.appendix.sinkhorn import (
+    SinkhornConvergenceWarning,
+    empty_result,
+    item_thresholds,
+    solve_in_float32,
+    check_warm_start,
+)
 
 # %% auto #0
 __all__ = ['semidual_reference', 'semidual_plan', 'semidual_hessian', 'semidual_point', 'sinkhorn_column_step',

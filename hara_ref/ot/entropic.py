@@ -11,8 +11,7 @@ import torch
 
 # %% auto #0
 __all__ = ['sinkhorn_naive', 'lse_update', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor',
-           'item_thresholds', 'solve_in_float32', 'check_warm_start', 'check_iterations', 'ConvergenceWarning',
-           'sinkhorn_reference']
+           'check_iterations', 'ConvergenceWarning', 'sinkhorn_reference']
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #9cebbc29
 def sinkhorn_naive(
@@ -156,70 +155,6 @@ def stop_floor(
     eps = torch.finfo(M.dtype).eps
     M_max = M.abs().amax((-2, -1)) if M_max is None else M_max  # (...,)
     return 8 * eps * (1 + M_max / reg) ** 0.5 * b.norm(dim=-1)  # (...,)
-
-# %% ../../nbs/2_ot/05_sinkhorn.ipynb #ddc50586
-def item_thresholds(
-    stop_thr: float | torch.Tensor,  # a float, or (...,) one per problem (broadcast to the batch)
-    M: torch.Tensor,  # (..., n, m) cost (batch shape already broadcast)
-    b: torch.Tensor,  # (..., m) target weights
-    reg: float,  # entropic regulariser
-    # (...,) $\max|M|$ of each problem, if already at hand
-    M_max: torch.Tensor | None = None,
-) -> torch.Tensor:  # (...,) $\max(\texttt{stop\_thr}, \text{floor})$ for each problem
-    """Per-problem stopping thresholds: `stop_thr` (a float or a tensor, one per problem) floored by
-    `stop_floor`."""
-    batch = M.shape[:-2]
-    thr = torch.as_tensor(stop_thr, dtype=M.dtype, device=M.device)
-    try:
-        thr = thr.expand(batch)
-    except RuntimeError:
-        raise ValueError(
-            f"stop_thr of shape {tuple(thr.shape)} does not broadcast to the batch shape "
-            f"{tuple(batch)}"
-        ) from None
-    if torch.isnan(thr).any() or (thr < 0).any():
-        raise ValueError("stop_thr must be non-negative (and not nan)")
-    return torch.maximum(thr, stop_floor(M, b, reg, M_max))  # (...,)
-
-# %% ../../nbs/2_ot/05_sinkhorn.ipynb #b0529305
-def solve_in_float32(
-    a: torch.Tensor,  # (..., n) 16-bit source weights
-    b: torch.Tensor,  # (..., m) 16-bit target weights
-    M: torch.Tensor,  # (..., n, m) 16-bit cost
-) -> tuple:  # (a, b, M) in float32, weights renormalised (an all-zero `a` stays zero)
-    "Upcast a 16-bit problem to float32 and renormalise its weights to sum 1."
-    a, b, M = a.float(), b.float(), M.float()
-    sa, sb = a.sum(-1, keepdim=True), b.sum(-1, keepdim=True)  # (..., 1)
-    return torch.where(sa > 0, a / sa, a), b / sb, M
-
-# %% ../../nbs/2_ot/05_sinkhorn.ipynb #fb58249b
-def check_warm_start(
-    x,  # (..., p) warm start (tensor or NumPy array), broadcastable to w
-    w: torch.Tensor,  # (..., p) weights of that side (0 = padding)
-    name: str,  # 'log_u0' or 'log_v0', for the message
-    scale: float,  # $\max|M|/\varepsilon$ over the batch
-) -> torch.Tensor:  # (..., p) x as a tensor of w's dtype
-    "Refuse a warm start that is not finite, or absurdly large, on real entries."
-    x = torch.as_tensor(x, device=w.device).to(w.dtype)
-    try:
-        x = x.expand_as(w)
-    except RuntimeError:
-        raise ValueError(
-            f"{name} of shape {tuple(x.shape)} does not broadcast to the weights' shape "
-            f"{tuple(w.shape)}"
-        ) from None
-    real, lw = x[w > 0], w[w > 0]  # (r,), (r,)
-    if not torch.isfinite(real).all():
-        raise ValueError(
-            f"{name} contains nan or inf on real entries (weight > 0); only padding may be infinite"
-        )
-    bound = 100 + 8 * (scale - float(lw.min().log())) if len(lw) else math.inf
-    if len(real) and float(real.abs().max()) > bound:
-        raise ValueError(
-            f"{name} has entries of size {float(real.abs().max()):.3g}, beyond {bound:.3g} = 100 + "
-            "8 (max|M|/reg + max|log w|): rounding would erase the cost"
-        )
-    return x
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #77981b36
 def check_iterations(
