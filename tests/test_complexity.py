@@ -17,9 +17,14 @@ from hara_ref.appendix.bench import format_barycenter_row
 
 
 def test_bench_ot_quick_prints_ratio_lines(capsys, tmp_path):
-    out = tmp_path / 'bench.json'
-    assert bench_ot_cli(['--quick', '--out', str(out)]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    """The quick benchmark prints its ratio lines and writes its JSON; it runs on `--threads` and
+    gives this process its own thread count back."""
+    out, threads = tmp_path / 'bench.json', torch.get_num_threads()
+    assert bench_ot_cli(['--quick', '--out', str(out), '--threads', str(threads + 1)]) == 0
+    assert torch.get_num_threads() == threads
+    printed = capsys.readouterr().out
+    assert f'torch threads={threads + 1}' in printed
+    lines = printed.strip().splitlines()
     bary = [l for l in lines if l.startswith('L=')]
     assert len(bary) == 2 and all(
         'ratio' in l and 'POT default call' in l and 'POT run to tol' in l for l in bary

@@ -245,3 +245,20 @@ def test_resume_names_a_damaged_json_file(finished, capsys, name, msg):
     assert train_cli(argv + ['--resume']) == 2
     err = capsys.readouterr().err
     assert f"{f} is damaged" in err and msg in err, err
+
+
+def test_run_threads_gives_back_what_it_found():
+    "Thread count, denormal flushing (on or off) and progress bars come back after the block."
+    from transformers.utils import logging as hf_logging
+    from hara_ref.train.experiment import run_threads, flushes_denormals
+
+    threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
+    for flush, bar in ((True, True), (False, False), (False, True)):
+        torch.set_flush_denormal(flush)
+        hf_logging.enable_progress_bar() if bar else hf_logging.disable_progress_bar()
+        with run_threads(threads + 1):
+            assert torch.get_num_threads() == threads + 1 and flushes_denormals()
+            assert not hf_logging.is_progress_bar_enabled()
+        assert torch.get_num_threads() == threads and flushes_denormals() == flush
+        assert hf_logging.is_progress_bar_enabled() == bar
+    hf_logging.enable_progress_bar() if bars else hf_logging.disable_progress_bar()

@@ -290,7 +290,7 @@ def test_two_processes_match_one(tiny, tmp_path):
             r2 = run_killing_group(
                 acc(port) + [str(script), str(tiny), names(two), names(layouts), '3', 'dapo'],
                 {**env, 'CUDA_VISIBLE_DEVICES': ''},
-                300,
+                300 * len(layouts),
                 str(two[0]),
             )
             break
@@ -304,7 +304,7 @@ def test_two_processes_match_one(tiny, tmp_path):
         env=env,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=300 * len(layouts),
     )
     assert r1.returncode == 0, r1.stderr[-3000:]
     start = AutoModelForCausalLM.from_pretrained(tiny).state_dict()

@@ -152,14 +152,14 @@ def anderson_step(
     return X[:, -1] + F[:, -1] - ((dX + dF) * mix).sum(1)  # (Y, L_b d)
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #7ddfcfba
-def anderson_history(G: int, m: int, n: int, like: torch.Tensor) -> dict:
-    """Empty Anderson history for G groups: iterates and residuals (G, m+1, n), valid count (G,),
-    last residual (G,)."""
+def anderson_history(Y: int, n_mem: int, size: int, like: torch.Tensor) -> dict:
+    """Empty Anderson history for Y groups: iterates and residuals (Y, n_mem+1, size) of the flat Z
+    (size = L_b d); valid count (Y,), last residual (Y,)."""
     return dict(
-        X=like.new_zeros(G, m + 1, n),
-        F=like.new_zeros(G, m + 1, n),
-        count=torch.zeros(G, dtype=torch.long, device=like.device),
-        prev=like.new_full((G,), math.inf),
+        X=like.new_zeros(Y, n_mem + 1, size),
+        F=like.new_zeros(Y, n_mem + 1, size),
+        count=torch.zeros(Y, dtype=torch.long, device=like.device),
+        prev=like.new_full((Y,), math.inf),
     )
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #0344eb6d

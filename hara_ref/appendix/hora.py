@@ -46,7 +46,7 @@ def log_miss(
     s,
     f,  # (...) successes and failures so far (broadcastable; ints or floats >= 0)
     m,  # (...) additional rollouts (>= 0)
-) -> torch.Tensor:  # (...) log P(all m miss), float64, <= 0
+) -> torch.Tensor:  # (...) log miss(m): all m more rollouts miss, float64, <= 0
     """Eq. (1): log of the posterior probability that `m` more rollouts are all wrong, Beta(1+s,
     1+f) posterior."""
     s, f, m = _counts(s, 'successes'), _counts(f, 'failures'), _counts(m, 'm')
@@ -68,7 +68,7 @@ def log_marginal_gain(s, f, m) -> torch.Tensor:  # (...) log(U(m+1) - U(m)), flo
     """Eq. (3): log of the hit utility one more rollout adds, after `m` extra ones.
     Strictly decreasing in `m`; the float64 values too while a + b + m <= 2**40 (scanned below)."""
     a, b, mm = 1 + _counts(s, 'successes'), 1 + _counts(f, 'failures'), _counts(m, 'm')
-    # \log P^{miss}(m) + \log a - \log(a + b + m)
+    # log miss(m) + log ñ⁺ - log(ñ⁺ + ñ⁻ + m), with a = ñ⁺, b = ñ⁻
     return log_miss(s, f, m) + torch.log(a) - torch.log(a + b + mm)
 
 # %% ../../nbs/6_appendix/33_hora.ipynb #8e0b56a2

@@ -13,6 +13,7 @@ import warnings
 from dataclasses import asdict, dataclass, replace
 import torch
 from .bench import bench_hara, sync
+from ..train.experiment import torch_threads
 from ..hara.novelty import BARY_DEFAULTS
 from ..ot.complexity import timed
 from ..train.policy import token_stats
@@ -338,17 +339,15 @@ def bench_scale_main(
             hara_prompts=1,
             L_b=4,
         )
-    if c.threads:
-        torch.set_num_threads(c.threads)
-    print(
-        f"hara-ref bench scale: {c.prompts} prompts x {c.rollouts} rollouts, prompt "
-        f"{c.prompt_len} + {c.length} tokens; timed {c.layers} layers x {c.tokens} tokens, "
-        f"decoding {c.decode_batch} x "
-        f"{c.decode_steps} steps, head {c.head_tokens} rows, HARA on {c.hara_prompts} prompts; "
-        f"{c.device} {c.dtype}, torch threads={torch.get_num_threads()}, "
-        f"{platform.processor() or platform.machine()}"
-    )
-    with warnings.catch_warnings():
+    with torch_threads(max(c.threads, 0)), warnings.catch_warnings():
+        print(
+            f"hara-ref bench scale: {c.prompts} prompts x {c.rollouts} rollouts, prompt "
+            f"{c.prompt_len} + {c.length} tokens; timed {c.layers} layers x {c.tokens} tokens, "
+            f"decoding {c.decode_batch} x "
+            f"{c.decode_steps} steps, head {c.head_tokens} rows, HARA on {c.hara_prompts} "
+            f"prompts; {c.device} {c.dtype}, torch threads={torch.get_num_threads()}, "
+            f"{platform.processor() or platform.machine()}"
+        )
         warnings.simplefilter('ignore')
         rows = bench_scale(c)
     if c.out:

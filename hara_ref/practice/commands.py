@@ -26,6 +26,7 @@ from hara_ref.practice.cli import (
 )
 from .study import StudyConfig, study_cells, study_plan, run_study
 from ..train.policy import write_results
+from ..train.experiment import torch_threads
 from ..appendix.scale import SCALE_CHOICES, BenchScaleConfig, bench_scale_main
 from hara_ref.appendix.bench import (
     BENCH_OT_CHOICES,
@@ -234,17 +235,14 @@ def bench_ot_cli(
     c = BenchOtConfig(
         **vars(add_dataclass_flags(p, BenchOtConfig, choices=BENCH_OT_CHOICES).parse_args(argv))
     )
-    if c.threads > 0:
-        torch.set_num_threads(c.threads)
     if c.quick:
         c = replace(c, L=(128, 256), sk_K=4, sk_L=128, pot_full_max_L=128)
-    print(
-        f"hara-ref bench ot: K={c.K} L_b={c.L_b} d={c.d} reg={c.reg} alpha={c.alpha} tol={c.tol} "
-        f"data={c.data} dtype={c.dtype} "
-        f"torch threads={torch.get_num_threads()} POT {ot.__version__} torch {torch.__version__}; "
-        "ratio = POT time / our time"
-    )
-    with warnings.catch_warnings():
+    with torch_threads(max(c.threads, 0)), warnings.catch_warnings():
+        print(
+            f"hara-ref bench ot: K={c.K} L_b={c.L_b} d={c.d} reg={c.reg} alpha={c.alpha} "
+            f"tol={c.tol} data={c.data} dtype={c.dtype} torch threads={torch.get_num_threads()} "
+            f"POT {ot.__version__} torch {torch.__version__}; ratio = POT time / our time"
+        )
         warnings.simplefilter('ignore')
         res = bench_ot(c)
     if c.out:
@@ -292,26 +290,17 @@ def bench_hara_cli(argv: list | None = None) -> int:
     )
     if c.quick:
         c = replace(c, prompts=2, rollouts=8, length=128, dim=64)
-    if c.threads:
-        torch.set_num_threads(c.threads)
     bary_kw = {
         **BARY_DEFAULTS,
         'max_iter': c.max_iter,
         'inner_iter': c.inner_iter,
         'anderson': c.anderson,
     }
-    r = bench_hara(
-        c.prompts,
-        c.rollouts,
-        c.length,
-        c.dim,
-        c.L_b,
-        c.repeats,
-        torch.float64 if c.float64 else torch.float32,
-        c.granularity,
-        bary_kw=bary_kw,
-    )
-    _print_bench_hara(r, c)
+    dtype = torch.float64 if c.float64 else torch.float32
+    with torch_threads(max(c.threads, 0)):
+        shape = (c.prompts, c.rollouts, c.length, c.dim, c.L_b, c.repeats)
+        r = bench_hara(*shape, dtype, c.granularity, bary_kw=bary_kw)
+        _print_bench_hara(r, c)
     return 0 if r['finite'] else 1
 
 # %% ../../nbs/5_practice/28_commands.ipynb #38857543

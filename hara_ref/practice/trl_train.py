@@ -269,8 +269,6 @@ def train_cli_trl(ex, cfg) -> int:
         )
         return 2
     t0 = time.time()
-    # renamed-argument notices TRL triggers
-    warnings.filterwarnings('ignore', category=FutureWarning, module=r'transformers\.')
     print(
         f"hara-ref train --engine trl -> {ex.out}  "
         f"({variant_name(cfg.method, '|'.join(ex.reweights))}, seeds {list(ex.seeds)}, "
@@ -280,7 +278,9 @@ def train_cli_trl(ex, cfg) -> int:
     # each run is its own Trainer: one after the other, with all threads
     one = replace(ex, workers=1, threads=max(1, ex.threads * ex.workers))
     variants = experiment_variants(ex, cfg)
-    with run_threads(one.threads):
+    with run_threads(one.threads), warnings.catch_warnings():
+        # renamed-argument notices TRL triggers
+        warnings.filterwarnings('ignore', category=FutureWarning, module=r'transformers\.')
         saved = dict(engine='trl')
         runs, start = run_variants(one, variants, train_run_trl, cfg=cfg, saved=saved)
     title = f"{cfg.method} (TRL GRPOTrainer): held-out pass@1 from {start['pass1']:.3f} (start)"

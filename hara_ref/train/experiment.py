@@ -29,9 +29,9 @@ from .loop import train_run, resume_point, config_changes, progress_bar
 from .policy import read_jsonl, load_trainer_state
 
 # %% auto #0
-__all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'run_threads', 'experiment_task', 'prepare_start',
-           'experiment_variants', 'experiment_jobs', 'experiment_plan', 'start_point', 'run_variants', 'run_experiment',
-           'run_jobs', 'run_pool']
+__all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'torch_threads', 'no_progress_bars', 'flushes_denormals',
+           'run_threads', 'experiment_task', 'prepare_start', 'experiment_variants', 'experiment_jobs',
+           'experiment_plan', 'start_point', 'run_variants', 'run_experiment', 'run_jobs', 'run_pool']
 
 # %% ../../nbs/4_train/19_experiment.ipynb #3023c47f
 @dataclass
@@ -143,24 +143,49 @@ def variant_name(method: str, reweight: str, allocation: str = 'uniform') -> str
 
 
 @contextmanager
-def run_threads(n: int):
-    """Within the block: `n` torch threads, denormals flushed to zero, no transformers progress
-    bars (they would drown ours). After it the caller's thread count and progress bars come back,
-    and denormals are kept again (torch's default: torch cannot report the flag), so a run called
-    from a notebook or a test leaves that process as it found it."""
+def torch_threads(n: int):
+    "Within the block: `n` torch threads (0: as they are). After it, the caller's count."
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextmanager
+def no_progress_bars():
+    """Within the block: no transformers progress bars (its 'Loading weights' bars would drown
+    ours). After it, as they were."""
     from transformers.utils import logging as hf_logging
 
-    threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
-    torch.set_num_threads(max(1, n))
-    torch.set_flush_denormal(True)
+    bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
         yield
     finally:
-        torch.set_num_threads(threads)
-        torch.set_flush_denormal(False)
         if bars:
             hf_logging.enable_progress_bar()
+
+
+def flushes_denormals() -> bool:
+    "Whether torch flushes denormals to zero now (no getter in torch: a float32 denormal, times 1)."
+    return (torch.tensor([1e-40]) * 1.0).item() == 0
+
+
+@contextmanager
+def run_threads(n: int):
+    """Within the block: `n` torch threads, denormals flushed to zero, no transformers progress
+    bars. After it, the caller's settings come back, so a run called from a notebook or a test
+    leaves that process as it found it."""
+    flush = flushes_denormals()
+    with torch_threads(max(1, n)), no_progress_bars():
+        torch.set_flush_denormal(True)
+        try:
+            yield
+        finally:
+            torch.set_flush_denormal(flush)
 
 
 def experiment_task(ex: ExperimentConfig) -> Task | None:
@@ -338,9 +363,6 @@ def run_variants(
 ) -> tuple:  # ({run name: metric rows}, the start's evaluation)
     """SFT once, then every (variant, seed) run from that start with `engine`, complete runs left
     alone; refuses before any work what it cannot do."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # transformers' 'Loading weights' bars would drown ours
     cfg = cfg or next(iter(variants.values()))
     for c in variants.values():
         for name in needed_hooks(c):
@@ -353,9 +375,11 @@ def run_variants(
     if config and (ex.allow_config_change or not (ex.resume and (out / 'config.json').exists())):
         keep = dict(experiment=asdict(ex), train=asdict(cfg), **(saved or {}))
         (out / 'config.json').write_text(json.dumps(keep, indent=1, default=str))
-    init, train, held, reward_fn, start = start_point(ex, cfg, progress)
-    jobs = [(c, d) for c, d, p in plan if p['status'] != 'complete']
-    run_jobs(jobs, init, train, held, reward_fn, ex, start, progress, hooks, engine)
+    # transformers' 'Loading weights' bars would drown ours
+    with no_progress_bars():
+        init, train, held, reward_fn, start = start_point(ex, cfg, progress)
+        jobs = [(c, d) for c, d, p in plan if p['status'] != 'complete']
+        run_jobs(jobs, init, train, held, reward_fn, ex, start, progress, hooks, engine)
     return {d.name: read_jsonl(d / 'metrics.jsonl') for _, d, _ in plan}, start
 
 
