@@ -363,35 +363,13 @@ def _plans(bar, r, it):
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #05475d1c
 def _inner_solve(bar, r, M, thr, it):
     "Plans (A, T, L_b) and the solver's log of the rollouts `r` (A,) for costs M (A, T, L_b)."
+    # the same stopping rule for both solvers; warm-started from the last iteration's potentials
+    kw = dict(num_iter_max=bar.inner_iter, stop_thr=thr, warn=False, log=True)
+    kw.update(log_v0=bar.log_v[r] if it else None, check_inputs=it == 0)
     if bar.newton:
-        return semidual_newton(
-            bar.a[r],
-            bar.b,
-            M,
-            bar.reg,
-            num_iter_max=bar.inner_iter,
-            stop_thr=thr,
-            warn=False,
-            log=True,
-            # (A, T, L_b) one call
-            log_v0=bar.log_v[r] if it else None,
-            check_inputs=it == 0,
-        )
-    return sinkhorn_log(
-        bar.a[r],
-        bar.b,
-        M,
-        bar.reg,
-        num_iter_max=bar.inner_iter,
-        stop_thr=thr,
-        check_every=bar.check_every,
-        warn=False,
-        log=True,
-        log_u0=bar.log_u[r] if it else None,
-        log_v0=bar.log_v[r] if it else None,
-        omega=bar.omega,
-        check_inputs=it == 0,
-    )
+        return semidual_newton(bar.a[r], bar.b, M, bar.reg, **kw)
+    kw.update(log_u0=bar.log_u[r] if it else None, check_every=bar.check_every, omega=bar.omega)
+    return sinkhorn_log(bar.a[r], bar.b, M, bar.reg, **kw)
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #c49c6abf
 def _keep_plans(bar, r, P, M, lg):
