@@ -12,8 +12,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-# notebooks whose checks compare float32 results (tolerances from `rounding_tol`, chapter 02_rlvr)
-F32_NBS := 02_rlvr|15_policy|34_hp_rlvr|24_trl
+# the numerical notebooks: OT, HARA and float32 comparisons (tolerances from `rounding_tol`, 02_rlvr)
+NUM_NBS := 02_rlvr|05_sinkhorn|06_fgw|08_linearization|12_novelty|13_hara|15_policy|24_trl|29_sinkhorn_batched|30_newton|31_barycenters|34_hp_rlvr|hara_math
 
 .PHONY: install train test sync nbtest pytest docs docs-check
 install:
@@ -31,11 +31,18 @@ test: install
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/nbdev_test --n_workers 2 --timing
 	# two test processes, one BLAS/OpenMP thread each (as the notebooks)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 tests
-	# float32 tolerances must hold on any CPU: the float32-sensitive notebooks and tests once more on the portable
-	# kernel set (another summation order than AVX2/AVX-512), so a tolerance of a few ulps fails here, not elsewhere
-	ATEN_CPU_CAPABILITY=default OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" \
-	  $(BIN)/nbdev_test --n_workers 2 --file_re '^($(F32_NBS))\.ipynb$$'
-	ATEN_CPU_CAPABILITY=default $(BIN)/python -m pytest -q -m float32 tests
+	# answers must not depend on the CPU: the numerical notebooks and tests (marked `numerical` or
+	# `float32`, tests/conftest.py) once more on other kernels. ATen's portable set (another summation
+	# order than AVX2/AVX-512) together with MKL's portable path (MKL_CBWR=COMPATIBLE, the path AMD CPUs
+	# take), then each other MKL path this CPU runs (AVX2 on Intel); tools/mkl_paths.py asks MKL which
+	# paths it really takes here and prints them
+	while read -r kernels; do \
+	  [ -n "$$kernels" ] || continue; echo "numerical checks again on $$kernels"; \
+	  env $$kernels OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" \
+	    $(BIN)/nbdev_test --n_workers 2 --file_re '^($(NUM_NBS))\.ipynb$$' || exit 1; \
+	  env $$kernels OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 \
+	    $(BIN)/python -m pytest -q -n 2 -m 'numerical or float32' tests || exit 1; \
+	done < <($(BIN)/python tools/mkl_paths.py)
 
 docs: install
 	# as make test runs the notebooks: two at a time, one BLAS/OpenMP thread each

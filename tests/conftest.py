@@ -12,12 +12,23 @@ settings.register_profile('explore', derandomize=False)
 settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'repeatable'))
 
 
+# the OT and HARA solvers' tests: their answers go through MKL's products and solves and ATen's
+# kernels, so make test reruns them on other code paths (another CPU takes another path)
+NUMERICAL = {
+    'test_sinkhorn', 'test_newton', 'test_fgw', 'test_fgw_barycenter', 'test_linearization',
+    'test_error_bound', 'test_exact', 'test_hara', 'test_hara_novelty', 'test_group_reference',
+    'test_caps',
+}  # fmt: skip
+
+
 def pytest_collection_modifyitems(items):
-    """Tests named for float32 join the `float32` set (as do those marked by hand): make test reruns
-    it on other kernels."""
+    """Tests named for float32 join the `float32` set (as do those marked by hand), the solvers'
+    tests the `numerical` set: make test reruns both on other kernels."""
     for item in items:
         if 'float32' in item.name:
             item.add_marker(pytest.mark.float32)
+        if item.module.__name__.rsplit('.', 1)[-1] in NUMERICAL:
+            item.add_marker(pytest.mark.numerical)
 
 
 # the flags of a tiny `hara-ref train` / `hara-ref compare` run, in this order ('G' is -G; None: the

@@ -90,7 +90,8 @@ def test_batched_equals_reference(seed, n, m, reg):
     a, b, M = problem(seed, 1, n, m)
     P, lg = semidual_reference(a[0], b[0], M[0], reg, tol=1e-12, warn=False, log=True)
     # the reference (plain damped Newton) can stall near 1e-8 on a few ill-conditioned problems
-    # (n = 3, m = 9, a weight of 0.004: 1.1e-8 after its 100 steps); compare with a converged one
+    # (n = 3, m = 9, a weight of 0.004: 1.1e-8 after its 100 steps on some MKL code paths, converged
+    # in 12 on others); compare with a converged one
     assume(bool(lg['converged']))
     # both stop at a marginal error of 1e-12; their plans differ by that error times the
     # conditioning of the semi-dual
@@ -100,11 +101,10 @@ def test_batched_equals_reference(seed, n, m, reg):
     )
 
 
-def test_batched_converges_where_the_reference_stalls():
-    "A problem the assume() above skips: the batched solver (Sinkhorn fallback) still meets 1e-12."
-    a, b, M = problem(353, 1, 3, 9)  # (1, 3), (1, 9), (1, 3, 9); a node weight of 0.004
-    _, ref = semidual_reference(a[0], b[0], M[0], 0.05, tol=1e-12, warn=False, log=True)
-    assert not ref['converged'] and ref['err'] > 1e-8
+def test_batched_converges_on_an_ill_conditioned_problem():
+    """A problem the assume() above may skip (a node weight of 0.004): the batched solver (Sinkhorn
+    fallback) meets 1e-12 and equals POT; the reference meets the same plan or says it did not."""
+    a, b, M = problem(353, 1, 3, 9)  # (1, 3), (1, 9), (1, 3, 9)
     plan, lg = semidual_newton(a, b, M, 0.05, stop_thr=1e-12, log=True)
     assert lg['converged'].all() and lg['err'].max() < 1e-12
     pot = ot.sinkhorn(
@@ -117,6 +117,12 @@ def test_batched_converges_where_the_reference_stalls():
         stopThr=1e-14,
     )
     np.testing.assert_allclose(plan[0].numpy(), pot, atol=1e-12, rtol=0)
+    # plain damped Newton stalls near 1e-8 on some MKL code paths and converges on others: what
+    # must hold on every path is that its log tells which (and a converged plan is the same plan)
+    P, ref = semidual_reference(a[0], b[0], M[0], 0.05, tol=1e-12, warn=False, log=True)
+    assert bool(ref['converged']) == (ref['err'] < ref['stop_thr'])
+    if ref['converged']:
+        torch.testing.assert_close(P, plan[0], atol=1e-8, rtol=0)
 
 
 def test_planted_where_sinkhorn_crawls():
