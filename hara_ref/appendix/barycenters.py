@@ -478,6 +478,7 @@ def _info(bar, conv):
         lam=bar.lam,
         tol=bar.tol,  # the tolerance used (tol, raised to 100 eps of the dtype)
         rounding_floor=bar.noise,  # a group whose Z moves less than this has stopped (1000 eps)
+        dtype=str(bar.h.dtype),  # the dtype of the iteration
         # (Y,) each group's estimated distance to the fixed point when it stopped (inf: none)
         fixed_point_error=bar.dist.cpu(),
         # (Y,) groups stopped by the rounding floor before their estimate met tol

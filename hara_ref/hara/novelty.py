@@ -246,6 +246,14 @@ def _cap_notes(info: dict, bary_kw: dict, final_kw: dict | None, kind: str = 'li
             "stopped at "
             "fgw's max_iter"
         )
+    floor = info.get('at_rounding_floor')  # (Y',) bool: stopped where the dtype rounds, tol not met
+    if floor is not None and floor.any():
+        notes.append(
+            f"{kind} barycenter: {int(floor.sum())} of {len(floor)} outcome groups stopped at the "
+            f"rounding floor of {info['dtype']} ({info['rounding_floor']:.1e}) before reaching "
+            f"tol={bary_kw['tol']:.0e}: this dtype cannot resolve them (compute_dtype="
+            "torch.float64 can)"
+        )
     return notes
 
 # %% ../../nbs/3_hara/12_novelty.ipynb #86c8c68b
@@ -523,6 +531,14 @@ def _group_excess(
         out['ref_iters'] = ref['n_iter']
     return out, [] if ref is None else _median_notes(ref, median_kw)
 
+# %% ../../nbs/3_hara/12_novelty.ipynb #6c28d01b
+def _in_dtype(nov: Novelty, dtype: torch.dtype) -> Novelty:
+    "The record `nov` with its floating tensors cast to `dtype` (the input's), in place."
+    for k, v in vars(nov).items():
+        if isinstance(v, torch.Tensor) and v.is_floating_point():
+            setattr(nov, k, v.to(dtype))
+    return nov
+
 # %% ../../nbs/3_hara/12_novelty.ipynb #943c4635
 def hara_novelty(
     hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens
@@ -552,6 +568,9 @@ def hara_novelty(
     # the group's stage versions: 'geometric' median (ours) | 'entrywise' median
     group_reference: str = 'geometric',
     median_kw: dict | None = None,  # tol, max_iter of the geometric median (`MEDIAN_DEFAULTS`)
+    # the dtype of every solve (float64: a float32 input gets float64's answer on its values; None:
+    # the input's dtype, whose rounding floor `notes` names when a group meets it)
+    compute_dtype: torch.dtype | None = torch.float64,
 ) -> Novelty:
     """Token and sequence novelty of every rollout relative to its outcome group's barycenter,
     linearized or exact (nbs/hara_math.ipynb §6)."""
@@ -563,6 +582,8 @@ def hara_novelty(
     keep, alpha, reg, L_b = _checked_options(
         hidden, mask, keep, metric, barycenter, group_reference, normalize, alpha, reg, L_b
     )
+    dtype = hidden.dtype
+    hidden = hidden.to(compute_dtype or dtype)  # (B, T, d) a copy only for another dtype
     og, gsize, computed, slots, gc, group_notes = _computed_groups(rewards, group_ids, mask, keep)
     bk, fs = _solver_settings(hidden.dtype, metric, barycenter, bary_kw, final_plans, plan_kw)
     # (Y', L_b, d) supports, the solver's info and `Novelty` fields, its cap notes
@@ -577,7 +598,7 @@ def hara_novelty(
     )
     notes += _warned(caps)
     n_tok = token_novelty(contrib, mask)  # (B, T)
-    return Novelty(
+    nov = Novelty(
         contrib,
         n_tok,
         sequence_novelty(n_tok, mask),
@@ -592,3 +613,4 @@ def hara_novelty(
         **solver,  # tau_bar, bary_iters, inner_iters, bary_iters_group
         **compared,  # nbar, stage_nov, excess, excess_seq, ref_iters
     )
+    return _in_dtype(nov, dtype)  # the record in the input's dtype
