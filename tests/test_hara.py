@@ -276,6 +276,9 @@ def test_float32_weights_equal_float64(data):
     err = float((rw32.weights.double() - rw64.weights).abs().max())
     assert err <= 16 * EPS32 * 2, err
     assert float((rw64.weights - 1).abs().max()) > 0.05  # weights that moved
+    # every barycenter met tol: its estimated distance to the fixed point is in the record
+    nv = rw64.novelty
+    assert nv.bary_error.shape == (len(nv.slots),) and (nv.bary_error < 1e-5).all()
 
 
 def test_float32_solves_name_the_groups_at_the_rounding_floor():

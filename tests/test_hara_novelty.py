@@ -76,8 +76,8 @@ def tighter(f=100.0):
 # ---------------------------------------------------------------- converged by default
 @pytest.mark.parametrize('make,seed', [(gauss_batch, 0), (planted_batch, 0)])
 def test_default_weights_are_converged(make, seed):
-    """Default call vs a solve 100 times tighter: no token weight moves by more than 1e-3 (2 prompts
-    x 8 rollouts)."""
+    """Default call vs a solve 100 times tighter: no token weight moves by more than 5e-4 (2 prompts
+    x 8 rollouts; the math page's table: up to about 1e-4 on such batches)."""
     h, m, r, g = make(seed, P=2)
     with warnings.catch_warnings():
         # planted data: the final plans of a few rollouts stop at their cap (a note)
@@ -86,7 +86,7 @@ def test_default_weights_are_converged(make, seed):
         _, rt = hara_advantages(h, m, r, g, **tighter())
     # the barycenter itself converged
     assert not any('linearized barycenter' in n for n in rw.notes), rw.notes
-    assert float((rw.weights - rt.weights).abs()[m].max()) <= 1e-3
+    assert float((rw.weights - rt.weights).abs()[m].max()) <= 5e-4
 
 
 def test_caps_are_noted_and_warned():

@@ -155,6 +155,8 @@ class Novelty:
     notes: list = field(default_factory=list)
     # (Y',) barycenter iterations of each computed group
     bary_iters_group: torch.Tensor | None = None
+    # (Y',) each barycenter's estimated distance to its fixed point when it stopped (None: exact)
+    bary_error: torch.Tensor | None = None
     # (B, T) token excess over the group e_{i,t} (`version_excess`; 0 if not computed)
     excess: torch.Tensor | None = None
     excess_seq: torch.Tensor | None = None  # (B,) sequence excess Σ_j m_{i,j} ν_{i,j}
@@ -451,6 +453,7 @@ def _barycenters(
         bary_iters=info['n_iter'],
         inner_iters=sk,
         bary_iters_group=info['n_iter_group'],
+        bary_error=info.get('fixed_point_error'),
     )
     return Z, info, solver, _cap_notes(info, bk, fs, barycenter)
 
