@@ -422,7 +422,10 @@ USAGE = {
         'cannot import raises: it raised RuntimeError: no GPU here',
     ),
     'no-function': (['good:nope', '--quantity', 'k3_kl'], "good has no 'nope'"),
-    'not-callable': (['good:NOT_A_FUNCTION', '--quantity', 'k3_kl'], 'is a int, not a function'),
+    'not-callable': (
+        ['good:NOT_A_FUNCTION', '--quantity', 'k3_kl'],
+        r'good:NOT_A_FUNCTION is not a function \(its type is int\)',
+    ),
     'target-form': (['good', '--quantity', 'k3_kl'], "target must be MODULE:FUNCTION, got 'good'"),
     'no-quantity': (['good:k3'], 'the following arguments are required: --quantity'),
     'bad-quantity': (['good:k3', '--quantity', 'kl'], "invalid choice: 'kl'"),

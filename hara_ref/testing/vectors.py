@@ -425,7 +425,7 @@ def load_target(target: str):
     if fn is None:
         raise UsageError(f"{mod} has no {name!r}")
     if not callable(fn):
-        raise UsageError(f"{target} is a {type(fn).__name__}, not a function")
+        raise UsageError(f"{target} is not a function (its type is {type(fn).__name__})")
     return fn
 
 
