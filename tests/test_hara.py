@@ -2,6 +2,7 @@
 13_hara) and the baselines (14_baselines)."""
 
 import math
+import re
 import warnings
 import numpy as np
 import pytest
@@ -577,3 +578,81 @@ def test_hara_reference_equals_the_oracle(case):
     A = base_advantages(r, torch.zeros(4, dtype=torch.long))  # (G,)
     # the weights are not all 1: a check that can fail
     assert float((ref / A[:, None] - 1)[m].abs().max()) > 1e-3
+
+
+# ---------------------------------------------------------------- one meaning per option
+
+
+def _three_prompts():
+    "Three prompts of four rollouts, interleaved, with ragged masks and mixed rewards."
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(12, 6, 4, generator=g, dtype=torch.float64)
+    m = torch.arange(6) < torch.tensor([6, 3, 5, 2, 6, 4, 1, 6, 5, 3, 6, 2])[:, None]
+    r = torch.tensor([1.0, 0, 1, 0, 0.5, 1, 0, 0, 1, 1, 0, 0.5], dtype=torch.float64)
+    ids = torch.tensor([7, 3, 9, 7, 3, 9, 7, 3, 9, 7, 3, 9])  # not in order of appearance
+    return h, m, r, ids
+
+
+def test_string_prompt_ids_equal_integer_ids():
+    "verl's prompt ids are uuid strings: every method reads them as group_advantages does."
+    import uuid
+
+    h, m, r, ids = _three_prompts()
+    names = {7: str(uuid.uuid4()), 3: str(uuid.uuid4()), 9: str(uuid.uuid4())}
+    as_str = [names[int(i)] for i in ids]
+    as_obj = np.array(as_str, dtype=object)  # verl's non-tensor batch holds numpy object arrays
+    as_uuid = [uuid.UUID(s) for s in as_str]
+    for other in (as_str, as_obj, as_uuid):
+        for gran in GRAN:
+            a, rw = hara_advantages(h, m, r, ids, **gran)
+            b, rw_s = hara_advantages(h, m, r, other, **gran)
+            assert torch.equal(a, b), gran
+            assert torch.equal(rw.weights, rw_s.weights)
+        assert torch.equal(hara_novelty(h, m, r, ids).n_tok, hara_novelty(h, m, r, other).n_tok)
+        for method in REWEIGHTS:
+            kw = dict(logits_entropy=h[..., 0].abs()) if method == 'entropy' else {}
+            a, _ = reweight_advantages(method, h, m, r, ids, **kw)
+            assert torch.equal(a, reweight_advantages(method, h, m, r, other, **kw)[0]), method
+    # the advantages are not all zero: the check compares real numbers
+    assert hara_advantages(h, m, r, as_str)[0].abs().max() > 0.1
+    with pytest.raises(ValueError, match='group_ids has 11 entries for 12 rewards'):
+        hara_advantages(h, m, r, as_str[:11])
+
+
+@pytest.mark.parametrize(
+    'kw, msg',
+    [
+        (
+            dict(granularity='tok', span_len=3),
+            "span_len applies only to granularity='span', got 'tok'",
+        ),
+        (
+            dict(granularity='seq', span_len=3),
+            "span_len applies only to granularity='span', got 'seq'",
+        ),
+        (dict(granularity='seq', boundaries=True), "boundaries applies only to granularity='span'"),
+        (
+            dict(granularity='span', span_len=2, boundaries=True),
+            'span_len and boundaries both give the spans: pass one of them',
+        ),
+    ],
+)
+def test_an_option_that_cannot_apply_is_refused_by_name(kw, msg):
+    h, m, r, g = _ok()
+    if kw.get('boundaries') is True:
+        kw = dict(kw, boundaries=torch.zeros(4, 5, dtype=torch.bool))
+    with pytest.raises(ValueError, match=re.escape(msg)):
+        hara_advantages(h, m, r, g, **kw)
+
+
+def test_an_option_given_twice_is_refused_by_name():
+    h, m, r, g = _ok()
+    for method in ('hara-seq', 'hara-tok'):
+        with pytest.raises(ValueError, match=f"granularity is given by method '{method}'"):
+            reweight_advantages(method, h, m, r, g, granularity='seq')
+    with pytest.raises(ValueError, match="method 'none' takes no options, got span_len"):
+        reweight_advantages('none', h, m, r, g, span_len=2)
+    # the spans of 'hara-tok' still come from span_len or boundaries
+    a, rw = reweight_advantages('hara-tok', h, m, r, g, span_len=2)
+    assert rw.method == 'hara-span'
+    assert torch.equal(a, hara_advantages(h, m, r, g, granularity='span', span_len=2)[0])

@@ -547,7 +547,7 @@ def hara_novelty(
     hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens
     mask: torch.Tensor,  # (B, T) bool, True on a prefix of each row
     rewards: torch.Tensor,  # (B,) rewards
-    group_ids: torch.Tensor,  # (B,) integer prompt ids
+    group_ids: torch.Tensor,  # (B,) prompt ids: integers, or str (any hashable)
     # (B,) bool: compute only outcome groups with a kept member (default all)
     keep: torch.Tensor | None = None,
     # 'fgw' | 'w' (α=0) | 'gw' (α=1) | 'embed' (barycenter mean to last hidden state)

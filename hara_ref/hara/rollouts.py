@@ -9,7 +9,7 @@ import numbers
 from dataclasses import dataclass, field
 import warnings
 import torch
-from ..rlvr.grpo import base_advantages
+from ..rlvr.grpo import base_advantages, group_index
 
 # %% auto #0
 __all__ = ['check_rollouts', 'check_mask', 'check_labels', 'check_scalar', 'check_binary', 'outcome_groups', 'pack_slots',
@@ -21,7 +21,7 @@ def check_rollouts(
     hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens
     mask: torch.Tensor,  # (B, T) bool (or 0/1), True on real tokens, a prefix of each row
     rewards: torch.Tensor,  # (B,) verifiable rewards
-    group_ids: torch.Tensor,  # (B,) integer prompt id of each rollout
+    group_ids: torch.Tensor,  # (B,) prompt id of each rollout: integers, or str (any hashable)
 ) -> tuple:
     "Validate a batch: (hidden, NaN/Inf padding zeroed; bool mask; rewards; ids; notes), detached."
     # numpy arrays are accepted
@@ -79,12 +79,14 @@ def check_mask(mask: torch.Tensor, B: int, T: int) -> torch.Tensor:
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #80de1a86
 def check_labels(rewards, group_ids, B: int, device, dtype) -> tuple:
-    """Rewards (B,) finite, cast to `dtype`, and integer prompt ids (B,) long, or an error naming
-    the problem."""
-    rewards, group_ids = (
-        torch.as_tensor(rewards, device=device),
-        torch.as_tensor(group_ids, device=device),
-    )
+    """Rewards (B,) finite, cast to `dtype`, and prompt ids (B,) long, or an error naming the
+    problem; ids that are not numbers (str, uuid) are numbered by first appearance, as
+    `group_advantages` numbers them."""
+    rewards = torch.as_tensor(rewards, device=device)
+    try:
+        group_ids = torch.as_tensor(group_ids, device=device)
+    except (TypeError, ValueError, RuntimeError):  # not numbers: str, uuid, a numpy object array
+        group_ids = group_index(group_ids, B, device)[0]  # (B,) 0, 1, ... in order of appearance
     if tuple(rewards.shape) != (B,):
         raise ValueError(f"rewards must have shape (B,) = ({B},), got {tuple(rewards.shape)}")
     if tuple(group_ids.shape) != (B,):

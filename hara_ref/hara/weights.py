@@ -109,7 +109,7 @@ def hara_advantages(
     hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens (one chosen layer)
     mask: torch.Tensor,  # (B, T) bool, True on the response tokens (a prefix of each row)
     rewards: torch.Tensor,  # (B,) verifiable rewards
-    group_ids: torch.Tensor,  # (B,) integer prompt id of each rollout
+    group_ids: torch.Tensor,  # (B,) prompt id of each rollout: integers, or str (any hashable)
     base: str = 'grpo',  # base advantages: 'grpo' | 'drgrpo' | 'dapo'
     # 'seq' (HARA-seq) | 'tok' (HARA-tok, per token) | 'span' (HARA-tok on spans)
     granularity: str = 'tok',
@@ -134,9 +134,14 @@ def hara_advantages(
         raise ValueError(f"granularity must be 'seq', 'tok' or 'span', got {granularity!r}")
     kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)  # first
     w_max = check_scalar('w_max', w_max, 1)
+    given = [k for k, v in dict(span_len=span_len, boundaries=boundaries).items() if v is not None]
+    if given and granularity != 'span':  # an option is used or refused, never ignored
+        raise ValueError(f"{given[0]} applies only to granularity='span', got {granularity!r}")
+    if len(given) == 2:
+        raise ValueError("span_len and boundaries both give the spans: pass one of them")
     if span_len is not None:
         span_len = check_scalar('span_len', span_len, 1, integer=True)
-    if granularity == 'span' and span_len is None and boundaries is None:
+    if granularity == 'span' and not given:
         raise ValueError("granularity='span' needs span_len or boundaries")
     if reference not in ('group', 'barycenter'):
         raise ValueError(f"reference must be 'group' or 'barycenter', got {reference!r}")
@@ -190,12 +195,16 @@ def reweight_advantages(
     """Token advantages (B, T) and a `Reweighting` record from the credit-assignment method named
     `method`."""
     if method == 'none':
+        if kw:  # an option 'none' would ignore
+            raise ValueError(f"method 'none' takes no options, got {sorted(kw)[0]}")
         mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
         A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
         return apply_weights(
             A, torch.ones(mask.shape, dtype=A.dtype, device=A.device), mask
         ), Reweighting('none', A, torch.ones(mask.shape, dtype=A.dtype, device=A.device))
     if method in ('hara-seq', 'hara-tok'):
+        if 'granularity' in kw:  # the method names it
+            raise ValueError(f"granularity is given by method {method!r}: do not pass it")
         span = kw.get('span_len') is not None or kw.get('boundaries') is not None
         gran = 'seq' if method == 'hara-seq' else ('span' if span else 'tok')
         return hara_advantages(

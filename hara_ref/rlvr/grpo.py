@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 
 # %% auto #0
-__all__ = ['AGG_MODES', 'masked_mean', 'group_stats', 'group_advantages', 'trl_advantages', 'verl_advantages', 'base_advantages',
-           'token_advantages', 'k3_kl', 'aggregate_loss', 'ppo_clip_loss', 'dynamic_sampling_mask', 'overlong_penalty']
+__all__ = ['AGG_MODES', 'masked_mean', 'group_index', 'group_stats', 'group_advantages', 'trl_advantages', 'verl_advantages',
+           'base_advantages', 'token_advantages', 'k3_kl', 'aggregate_loss', 'ppo_clip_loss', 'dynamic_sampling_mask',
+           'overlong_penalty']
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #c4c3e2f8
 def masked_mean(
@@ -29,7 +30,7 @@ def masked_mean(
     return xs.sum(dim) / m.sum(dim).clamp(min=1).to(x.dtype)
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #410ff150
-def _group_index(group_ids, B: int, device) -> tuple[torch.Tensor, int]:
+def group_index(group_ids, B: int, device) -> tuple[torch.Tensor, int]:
     "Map arbitrary group ids to 0..n_groups-1: (index (B,), n_groups)."
     if isinstance(group_ids, torch.Tensor):
         if group_ids.ndim != 1 or group_ids.shape[0] != B:
@@ -68,7 +69,7 @@ def group_stats(
     """Eq. (2): each rollout's group mean, unbiased group std (NaN for a group of one) and group
     size."""
     r = _check_rewards(rewards)
-    idx, n = _group_index(group_ids, r.shape[0], r.device)  # (B,)
+    idx, n = group_index(group_ids, r.shape[0], r.device)  # (B,)
     # (n,)
     cnt = torch.zeros(n, dtype=r.dtype, device=r.device).index_add_(0, idx, torch.ones_like(r))
     mean = torch.zeros(n, dtype=r.dtype, device=r.device).index_add_(0, idx, r) / cnt  # (n,)
@@ -329,7 +330,7 @@ def dynamic_sampling_mask(
 ) -> torch.Tensor:  # (B,) bool, True for rollouts of groups whose rewards are not all equal
     "DAPO dynamic sampling: keep only groups with at least two distinct rewards."
     r = _check_rewards(rewards)
-    idx, n = _group_index(group_ids, r.shape[0], r.device)  # (B,)
+    idx, n = group_index(group_ids, r.shape[0], r.device)  # (B,)
     # (n,)
     hi = torch.full((n,), -torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(
         0, idx, r, 'amax'

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import threading
 
 import torch
 from hypothesis import HealthCheck, Verbosity, given, settings, seed as hyp_seed
@@ -24,11 +25,13 @@ from ..ot.fgw import chain_positions, normalize_features
 from ..ot.lfgw import lifted_cost, chain_tau_bar, barycenter_update
 from ..appendix.newton import semidual_newton
 from ..appendix.barycenters import group_barycenters
+from ..hara.rollouts import check_scalar
 from ..hara.weights import hara_weights, hara_advantages
 
 # %% auto #0
-__all__ = ['GRPO_CONVENTIONS', 'QUANTITIES', 'Quantity', 'barycenter_map', 'get_quantity', 'quantity_options', 'upcast',
-           'tolerance', 'compare', 'tensor_literal', 'report', 'check_inputs', 'check_case', 'assert_conforms']
+__all__ = ['GRPO_CONVENTIONS', 'CONSTANT_NAMES', 'QUANTITIES', 'Quantity', 'constants_text', 'barycenter_map', 'get_quantity',
+           'quantity_options', 'convention_lines', 'upcast', 'tolerance', 'compare', 'tensor_literal', 'report',
+           'CaseTimeout', 'call_limited', 'Watched', 'check_inputs', 'check_case', 'check_limits', 'assert_conforms']
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #696378a4
 @dataclasses.dataclass
@@ -50,23 +53,34 @@ class Quantity:
     restrict: dict = dataclasses.field(default_factory=dict)  # the strategy's restrictions
     certify: object = None  # (inputs, got, expected, options, atol) -> problems; None: compare
     doc: str = ''
+    # {option: {value: the constants it stands for}}: the values allowed, named in a failure
+    choices: dict = dataclasses.field(default_factory=dict)
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #50299eb0
+# convention -> the keywords of `group_advantages` it stands for
 GRPO_CONVENTIONS = {
-    'grpo': lambda r, g: group_advantages(r, g),
-    'dr_grpo': lambda r, g: group_advantages(r, g, 'drgrpo'),
-    'rloo': lambda r, g: group_advantages(r, g, 'rloo'),
-    'trl': lambda r, g: trl_advantages(r, g),
-    'verl': lambda r, g: verl_advantages(r, g),
-    'verl_rloo': lambda r, g: verl_advantages(r, g, adv_estimator='rloo'),
+    'grpo': dict(method='grpo', eps=1e-6, singleton='zero'),
+    'dr_grpo': dict(method='drgrpo', singleton='zero'),
+    'rloo': dict(method='rloo', singleton='zero'),
+    'trl': dict(method='grpo', eps=1e-4, singleton='zero'),
+    'verl': dict(method='grpo', eps=1e-6, singleton='verl'),
+    'verl_rloo': dict(method='rloo', singleton='verl'),
 }
+# what a constant is, where its keyword does not say it
+CONSTANT_NAMES = {'eps': 'δ, added to the std', 'singleton': 'a group of one'}
 
 
 def _grpo_oracle(x: dict, convention: str = 'grpo') -> torch.Tensor:
     "Group advantages (B,) under a named convention."
-    if convention not in GRPO_CONVENTIONS:
-        raise ValueError(f"convention must be one of {tuple(GRPO_CONVENTIONS)}, got {convention!r}")
-    return GRPO_CONVENTIONS[convention](x['rewards'], x['group_ids'])  # (B,)
+    return group_advantages(x['rewards'], x['group_ids'], **GRPO_CONVENTIONS[convention])  # (B,)
+
+
+def constants_text(constants: dict) -> str:
+    "`eps=0.0001 (δ, added to the std), ...`: a convention's constants, each named."
+    return ', '.join(
+        f"{k}={v!r}" + (f" ({CONSTANT_NAMES[k]})" if k in CONSTANT_NAMES else '')
+        for k, v in constants.items()
+    )
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #d0b9a86d
 def _ppo_oracle(x: dict, agg='seq-mean-token-mean', clip_eps_low=0.2, clip_eps_high=0.2):
@@ -205,6 +219,7 @@ QUANTITIES = {
             _grpo_oracle,
             _max_scale,
             dict(convention='grpo'),
+            choices=dict(convention=GRPO_CONVENTIONS),
         ),
         Quantity(
             'ppo_clip_loss',
@@ -215,6 +230,7 @@ QUANTITIES = {
             _ppo_oracle,
             _ppo_scale,
             dict(agg='seq-mean-token-mean', clip_eps_low=0.2, clip_eps_high=0.2),
+            choices=dict(agg={a: {} for a in AGG_MODES}),
         ),
         Quantity(
             'k3_kl',
@@ -312,11 +328,24 @@ def get_quantity(name: str) -> Quantity:
 
 
 def quantity_options(q: Quantity, options: dict) -> dict:
-    "The oracle's options: the defaults, overridden by `options` (an unknown name is an error)."
+    """The oracle's options: the defaults, overridden by `options` (an unknown name, or a value not
+    among an option's choices, is an error)."""
     bad = sorted(set(options) - set(q.options))
     if bad:
         raise TypeError(f"{q.name} has no option {bad[0]!r}; its options: {sorted(q.options)}")
+    for k, v in options.items():
+        if k in q.choices and v not in tuple(q.choices[k]):
+            raise ValueError(f"{k} must be one of {tuple(q.choices[k])}, got {v!r}")
     return {**q.options, **options}
+
+
+def convention_lines(q: Quantity, opts: dict) -> list:
+    "One line per option of `opts` that stands for constants: the option's value and the constants."
+    return [
+        f"{k}={opts[k]!r} means {constants_text(c[opts[k]])}"
+        for k, c in q.choices.items()
+        if c.get(opts[k])
+    ]
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #a8775846
 def upcast(args: dict) -> dict:
@@ -364,9 +393,11 @@ def tensor_literal(t) -> str:
 
 
 def report(q: Quantity, opts: dict, args: dict, expected, got, problems: list, tol: tuple) -> str:
-    "The failure message: what differs, the case's flags and tolerance, and the case as code."
+    """The failure message: what differs, the convention's constants, the case's flags and
+    tolerance, and the case as code."""
     shown = ', '.join(f'{k}={v!r}' for k, v in opts.items())
     lines = [f"{q.name}({shown}) does not conform: {problems[0]}", *problems[1:]]
+    lines += convention_lines(q, opts)
     lines += [
         f"flags: {', '.join(case_flags(args))}",
         f"tolerance: rtol={tol[0]:.1e}, atol={tol[1]:.1e}",
@@ -378,11 +409,59 @@ def report(q: Quantity, opts: dict, args: dict, expected, got, problems: list, t
         lines += [f"    got = {tensor_literal(got)}  # fn({', '.join(args)})"]
     return '\n'.join(lines)
 
+# %% ../../nbs/5_practice/22_conformance.ipynb #tmo00002
+class CaseTimeout(Exception):
+    "A call of the function under test that did not return within the time limit."
+
+
+def call_limited(fn, args: list, timeout: float | None = None):
+    """`fn(*args)`, or CaseTimeout when it has not returned after `timeout` seconds (None: no
+    limit). The call runs in a daemon thread, abandoned, not stopped, when time is up."""
+    if timeout is None:
+        return fn(*args)
+    box = {}
+
+    def call():
+        try:
+            box['out'] = fn(*args)
+        except BaseException as e:  # handed to the caller
+            box['err'] = e
+
+    t = threading.Thread(target=call, name='hara-ref-case', daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        raise CaseTimeout(
+            f"fn did not return within {timeout:g} s (timeout): the call was abandoned"
+        )
+    if 'err' in box:
+        raise box['err']
+    return box['out']
+
+
+class Watched:
+    "`fn` under a time limit per call, remembering whether a call timed out (`hung`)."
+
+    def __init__(self, fn, timeout: float | None):
+        self.fn, self.timeout, self.hung = fn, timeout, False
+
+    def __call__(self, *args):
+        try:
+            return call_limited(self.fn, args, self.timeout)
+        except CaseTimeout:
+            self.hung = True
+            raise
+
 # %% ../../nbs/5_practice/22_conformance.ipynb #a81f5f67
-def check_inputs(fn, q: Quantity, args: dict, opts: dict, expected, tol: tuple) -> str | None:
-    "Run `fn` on one case (copies of the inputs); None if it conforms, else the report."
+def check_inputs(
+    fn, q: Quantity, args: dict, opts: dict, expected, tol: tuple, timeout: float | None = None
+) -> str | None:
+    """Run `fn` on one case (copies of the inputs), at most `timeout` seconds; None if it conforms,
+    else the report."""
     try:
-        got = fn(*[v.clone() for v in args.values()])
+        got = call_limited(fn, [v.clone() for v in args.values()], timeout)
+    except CaseTimeout as e:
+        problems, got = [str(e)], None
     except Exception as e:  # a crash is a failure of the case, reported with it
         problems, got = [f"fn raised {type(e).__name__}: {e}"], None
     else:
@@ -394,11 +473,23 @@ def check_inputs(fn, q: Quantity, args: dict, opts: dict, expected, tol: tuple) 
     return report(q, opts, args, expected, got, problems, tol) if problems else None
 
 
-def check_case(fn, q: Quantity, case: dict, opts: dict, rtol=None, atol=None) -> str | None:
+def check_case(
+    fn, q: Quantity, case: dict, opts: dict, rtol=None, atol=None, timeout=None
+) -> str | None:
     "The oracle's answer and tolerance for a family case, then `check_inputs`."
     args = q.args(case)
     expected = q.oracle(upcast(args), **opts)
-    return check_inputs(fn, q, args, opts, expected, tolerance(q, args, expected, opts, rtol, atol))
+    tol = tolerance(q, args, expected, opts, rtol, atol)
+    return check_inputs(fn, q, args, opts, expected, tol, timeout)
+
+
+def check_limits(rtol=None, atol=None, timeout=None) -> None:
+    "Refuse a negative or non-finite tolerance and a time limit that is not a positive number."
+    for name, v in dict(rtol=rtol, atol=atol).items():
+        if v is not None:
+            check_scalar(name, v, 0)
+    if timeout is not None:
+        check_scalar('timeout', timeout, 0, open_low=True)
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #5b43fa2e
 def assert_conforms(
@@ -411,18 +502,23 @@ def assert_conforms(
     rtol: float | None = None,  # override the tolerance rule
     atol: float | None = None,
     cases: dict | None = None,  # restrictions of the case strategy (`case_specs`)
+    timeout: float | None = None,  # seconds each call of fn may take (None: no limit)
     **options,  # the oracle's conventions (see the quantity's `options`)
 ) -> None:
     "Raise AssertionError with the smallest failing case if `fn` differs from the oracle."
     q = get_quantity(quantity)
     opts = quantity_options(q, options)
-    strategy = case_specs(q.family, **{**q.restrict, **(cases or {})})
+    check_limits(rtol, atol, timeout)
+    examples = q.examples if max_examples is None else max_examples
     budget = q.shrinks if max_shrinks is None else max_shrinks
-    last, seen, spent = {}, {}, [0]
+    examples = check_scalar('max_examples', examples, 1, integer=True)
+    budget = check_scalar('max_shrinks', budget, 0, integer=True)
+    strategy = case_specs(q.family, **{**q.restrict, **(cases or {})})
+    last, seen, spent, watched = {}, {}, [0], Watched(fn, timeout)
 
     @hyp_seed(seed)
     @settings(
-        max_examples=q.examples if max_examples is None else max_examples,
+        max_examples=examples,
         database=None,
         deadline=None,
         suppress_health_check=list(HealthCheck),
@@ -435,7 +531,9 @@ def assert_conforms(
             if 'msg' in last and spent[0] >= budget:
                 return  # shrink budget spent: an unseen case no longer counts
             spent[0] += 'msg' in last
-            seen[key] = check_case(fn, q, build_case(q.family, spec), opts, rtol, atol)
+            seen[key] = check_case(watched, q, build_case(q.family, spec), opts, rtol, atol)
+            if watched.hung:  # no new case after a timeout: each could hang as long
+                spent[0] = budget
         if seen[key] is not None:
             last['msg'] = seen[key]
             raise AssertionError(seen[key])

@@ -5,21 +5,27 @@
 # %% ../../nbs/5_practice/23_vectors.ipynb #vec00004
 from __future__ import annotations
 import argparse
+import hashlib
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
 import torch
 
-from .strategies import build_case, case_flags
+from ..hara.rollouts import check_scalar
+from .strategies import build_case, case_flags, case_specs
 from ..rlvr.grpo import AGG_MODES
 from hara_ref.testing import (
     GRPO_CONVENTIONS,
     QUANTITIES,
     Quantity,
+    Watched,
     assert_conforms,
     check_inputs,
+    check_limits,
+    constants_text,
     get_quantity,
     quantity_options,
     tolerance,
@@ -27,8 +33,9 @@ from hara_ref.testing import (
 )
 
 # %% auto #0
-__all__ = ['VECTOR_SPECS', 'VECTOR_OPTIONS', 'vector_cases', 'write_vectors', 'check_vectors', 'trl_source_advantages',
-           'vectors_cli', 'check_parser', 'check_cli']
+__all__ = ['VECTOR_SPECS', 'VECTOR_OPTIONS', 'vector_cases', 'case_digest', 'write_vectors', 'read_vectors', 'vectors_for',
+           'check_vectors', 'trl_source_advantages', 'UsageError', 'vectors_cli', 'quantities_help', 'check_parser',
+           'load_target', 'prepare_check', 'check_cli']
 
 # %% ../../nbs/5_practice/23_vectors.ipynb #260e5030
 VECTOR_SPECS = {
@@ -77,15 +84,57 @@ def vector_cases(q: Quantity) -> list:
     return out
 
 # %% ../../nbs/5_practice/23_vectors.ipynb #f6a40f90
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def case_digest(case: dict) -> str:
+    "sha256 of a case's index entry without its own digest, as JSON with sorted keys."
+    return _sha256(
+        json.dumps({k: v for k, v in case.items() if k != 'sha256'}, sort_keys=True).encode()
+    )
+
+
+def _writable(out: Path, names: list) -> None:
+    "Refuse an `out` that is a file, or a folder that holds anything but a set of `names`."
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{out} is a file: vectors are written to a folder")
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if not held:
+        return
+    try:
+        old = json.loads((out / 'index.json').read_text())
+        old_names, old_files = (
+            {c['quantity'] for c in old['cases']},
+            {c['file'] for c in old['cases']},
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ValueError(
+            f"{out} is not empty and holds no vector set (it holds {held[0]})"
+        ) from None
+    if old_names != set(names):
+        raise ValueError(
+            f"{out} holds another set (of {', '.join(sorted(old_names))}): two sets never share a "
+            "folder; write to a new or empty one"
+        )
+    if stray := sorted(set(held) - old_files - {'index.json'}):
+        raise ValueError(f"{out} holds files of no vector set: {', '.join(stray)}")
+
+
 def write_vectors(out, quantities: list | None = None) -> dict:
-    "Write `<quantity>.safetensors` and `index.json` under `out`; return the index."
+    """Write `<quantity>.safetensors` and a sealed `index.json` under `out` (a new or empty folder,
+    or one holding a set of the same quantities, which is replaced); return the index."""
     from safetensors.torch import save_file
     import hara_ref
 
+    names = [get_quantity(n).name for n in quantities or QUANTITIES]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise ValueError(f"quantity {twice[0]!r} is given twice")
     out = Path(out)
+    _writable(out, names)
     out.mkdir(parents=True, exist_ok=True)
     index = dict(oracle='hara_ref', version=hara_ref.__version__, cases=[])
-    for name in quantities or list(QUANTITIES):
+    for name in names:
         q, tensors = get_quantity(name), {}
         for i, (args, opts, spec) in enumerate(vector_cases(q)):
             expected = q.oracle(upcast(args), **opts)
@@ -96,51 +145,116 @@ def write_vectors(out, quantities: list | None = None) -> dict:
             tensors |= {f"{cid}/{k}": v.contiguous() for k, v in low.items()}
             tensors[f"{cid}/expected"] = expected.detach().contiguous()
             dtype = str(next(v for v in args.values() if v.is_floating_point()).dtype)
-            index['cases'].append(
-                dict(
-                    id=cid,
-                    quantity=name,
-                    file=f"{name}.safetensors",
-                    inputs=list(args),
-                    options=opts,
-                    flags=case_flags(args),
-                    dtype=dtype.replace('torch.', ''),
-                    rtol=rtol,
-                    atol=atol,
-                    spec=spec,
-                )
+            case = dict(
+                id=cid,
+                quantity=name,
+                file=f"{name}.safetensors",
+                inputs=list(args),
+                options=opts,
+                flags=case_flags(args),
+                dtype=dtype.replace('torch.', ''),
+                rtol=rtol,
+                atol=atol,
+                spec=spec,
             )
+            index['cases'].append(case | dict(sha256=case_digest(case)))
         save_file(tensors, out / f"{name}.safetensors")
+    index['sha256'] = dict(
+        version=_sha256(f"{index['oracle']} {index['version']}".encode()),
+        case_ids=_sha256('\n'.join(c['id'] for c in index['cases']).encode()),
+        files={f"{n}.safetensors": _sha256((out / f"{n}.safetensors").read_bytes()) for n in names},
+    )
     cases = ',\n'.join(json.dumps(c) for c in index['cases'])  # one case per line
-    head = json.dumps({k: v for k, v in index.items() if k != 'cases'})[:-1]
-    (out / 'index.json').write_text(f"{head}, \"cases\": [\n{cases}\n]}}\n")
+    head = json.dumps(dict(oracle=index['oracle'], version=index['version']))[:-1]
+    seal = json.dumps(index['sha256'], indent=1)
+    (out / 'index.json').write_text(f"{head}, \"cases\": [\n{cases}\n],\n\"sha256\": {seal}}}\n")
     return index
 
+# %% ../../nbs/5_practice/23_vectors.ipynb #seal0002
+def read_vectors(directory) -> dict:
+    """The index of the vector set in `directory`, once its version, case list, cases and files are
+    those written; else ValueError with the reason."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise ValueError(
+            f"vectors folder {d} {'is not a folder' if d.exists() else 'does not exist'}"
+        )
+    try:
+        index = json.loads((d / 'index.json').read_text())
+    except OSError:
+        raise ValueError(f"{d} holds no vector set: it has no index.json") from None
+    except ValueError as e:
+        raise ValueError(f"{d / 'index.json'} is not JSON: {e}") from None
+    sha, made = index.get('sha256'), f"{index.get('oracle')} {index.get('version')}"
+    if not isinstance(sha, dict):
+        raise ValueError(f"the set in {d} ({made}) carries no digests: write it again")
+    if _sha256(made.encode()) != sha.get('version'):
+        raise ValueError(
+            f"the version in {d / 'index.json'} was edited: {made} did not write this set"
+        )
+    cases = index.get('cases', [])
+    if _sha256('\n'.join(str(c.get('id')) for c in cases).encode()) != sha.get('case_ids'):
+        raise ValueError(
+            f"the case list in {d / 'index.json'} was edited ({len(cases)} cases): cases were "
+            f"added, removed or renamed since {made} wrote it"
+        )
+    for c in cases:
+        if case_digest(c) != c.get('sha256'):
+            raise ValueError(
+                f"case {c['id']} in {d / 'index.json'} was edited: its tolerance, options, flags "
+                f"or inputs are not those {made} wrote"
+            )
+    for f in sorted({c['file'] for c in cases}):
+        if not (d / f).is_file():
+            raise ValueError(f"{d / f} is missing from the set {made} wrote")
+        if _sha256((d / f).read_bytes()) != sha.get('files', {}).get(f):
+            raise ValueError(f"{d / f} was edited: its sha256 is not the one {made} wrote")
+    return index
+
+
+def vectors_for(q: Quantity, opts: dict, directory) -> tuple:
+    "(index, cases) of the checked set in `directory` for `q` under `opts`; ValueError if none."
+    index = read_vectors(directory)
+    cases = [c for c in index['cases'] if c['quantity'] == q.name and c['options'] == opts]
+    if not cases:
+        raise ValueError(
+            f"no {q.name} vectors with options {opts} in {directory} "
+            f"(a set of {index['oracle']} {index['version']})"
+        )
+    return index, cases
+
 # %% ../../nbs/5_practice/23_vectors.ipynb #09dcee48
-def check_vectors(fn, quantity: str, directory, **options) -> int:
+def check_vectors(fn, quantity: str, directory, *, timeout: float | None = None, **options) -> int:
     """Check `fn` against the frozen vectors of `quantity` in `directory` written under `options`
-    (the defaults where not given); the number of cases checked, or AssertionError listing each
-    failing case."""
+    (the defaults where not given), each call at most `timeout` seconds: the number of cases
+    checked, or AssertionError listing each failing case. A set that was edited is refused
+    (ValueError, with the reason) before any case runs."""
     from safetensors.torch import load_file
 
     q = get_quantity(quantity)
     opts = quantity_options(q, options)
-    directory = Path(directory)
-    index = json.loads((directory / 'index.json').read_text())
-    cases = [c for c in index['cases'] if c['quantity'] == q.name and c['options'] == opts]
-    if not cases:
-        raise ValueError(f"no {quantity} vectors with options {opts} in {directory}")
+    check_limits(timeout=timeout)
+    index, cases = vectors_for(q, opts, directory)
+    directory, made, watched = (
+        Path(directory),
+        f"{index['oracle']} {index['version']}",
+        Watched(fn, timeout),
+    )
     problems, files = [], {}
     for c in cases:
+        if watched.hung:  # no case after a timeout: each could hang as long
+            problems.append(f"[{c['id']}] not run: a case before it timed out")
+            continue
         t = files.setdefault(c['file'], load_file(directory / c['file']))
         args = {k: t[f"{c['id']}/{k}"] for k in c['inputs']}
         if c['dtype'] == 'bfloat16':
             args = {k: v.bfloat16() if v.is_floating_point() else v for k, v in args.items()}
-        msg = check_inputs(fn, q, args, opts, t[f"{c['id']}/expected"], (c['rtol'], c['atol']))
+        tol = (c['rtol'], c['atol'])
+        msg = check_inputs(watched, q, args, opts, t[f"{c['id']}/expected"], tol)
         if msg is not None:
             problems.append(f"[{c['id']}] {msg}")
     if problems:
-        head = f"{len(problems)} of {len(cases)} {quantity} vectors fail:"
+        head = f"{len(problems)} of {len(cases)} {quantity} vectors of {made} fail:"
         raise AssertionError('\n'.join([head, *problems]))
     return len(cases)
 
@@ -190,18 +304,36 @@ def trl_source_advantages(scale_rewards: str = 'group'):
     return fn
 
 # %% ../../nbs/5_practice/23_vectors.ipynb #6537f50e
+class UsageError(ValueError):
+    "A command line that cannot run: one line on stderr, exit code 2."
+
+
+class _Parser(argparse.ArgumentParser):
+    "argparse whose errors are raised as a UsageError, not printed with the usage."
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def _one_line(e) -> str:
+    "An error's text on one line."
+    return ' '.join(str(e).split())
+
+
 def vectors_cli(argv: list | None = None) -> int:
-    "`hara-ref vectors --out DIR [--quantity NAME ...]`: write the frozen test vectors."
-    p = argparse.ArgumentParser(prog='hara-ref vectors', description=write_vectors.__doc__)
-    p.add_argument(
-        '--out', required=True, help='directory for the safetensors files and index.json'
-    )
+    "`hara-ref vectors --out DIR [--quantity NAME ...]`: write the test vectors; 0, or 2: cannot."
+    p = _Parser(prog='hara-ref vectors', description=write_vectors.__doc__)
+    p.add_argument('--out', required=True, help='a new or empty folder, or one holding this set')
     p.add_argument('--quantity', action='append', choices=list(QUANTITIES), help='(repeatable)')
-    a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    index = write_vectors(a.out, a.quantity)
+    try:
+        a = p.parse_args(sys.argv[1:] if argv is None else argv)
+        index = write_vectors(a.out, a.quantity)
+    except (ValueError, OSError) as e:  # a UsageError is a ValueError
+        print(f"hara-ref vectors: {_one_line(e)}", file=sys.stderr)
+        return 2
     print(
         f"wrote {len(index['cases'])} cases of {len(a.quantity or QUANTITIES)} quantities "
-        f"to {a.out}"
+        f"to {a.out} ({index['oracle']} {index['version']})"
     )
     return 0
 
@@ -217,40 +349,151 @@ def _option(text: str) -> tuple:
         return key, value
 
 
+def quantities_help() -> str:
+    "The quantities, their call contracts, options and conventions, read from `QUANTITIES`."
+    lines = ['quantities: fn(inputs, in order) -> output; --option KEY=VALUE sets an option']
+    for q in QUANTITIES.values():
+        lines.append(f"  {q.name}: fn({', '.join(q.inputs)}) -> {q.output}; {q.examples} cases")
+        lines.append(
+            f"    options (default): {', '.join(f'{k}={v!r}' for k, v in q.options.items())}"
+        )
+        for k, values in q.choices.items():
+            if not any(values.values()):  # plain choices
+                lines.append(f"    {k}: one of {', '.join(map(repr, values))}")
+                continue
+            lines.append(f"    {k}: one of")
+            lines += [f"      {v!r}: {constants_text(c)}" for v, c in values.items()]
+    return '\n'.join(lines)
+
+
 def check_parser() -> argparse.ArgumentParser:
-    "The flags of `hara-ref check`."
-    p = argparse.ArgumentParser(prog='hara-ref check', description=assert_conforms.__doc__)
-    p.add_argument('target', help='the implementation, MODULE:FUNCTION')
-    p.add_argument('--quantity', required=True, choices=list(QUANTITIES))
-    p.add_argument('--option', type=_option, action='append', default=[], help='KEY=VALUE')
-    p.add_argument(
-        '--examples', type=int, default=None, help="generated cases (quantity's default)"
+    "The flags of `hara-ref check`; its help lists the quantities, options and conventions."
+    p = _Parser(
+        prog='hara-ref check',
+        description=(
+            'Check MODULE:FUNCTION against the oracle. Exit code 0: it conforms; 1: it does not; '
+            '2: the command cannot run (one line on stderr, before any case runs).'
+        ),
+        epilog=quantities_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument(
+        'target', help='the implementation, MODULE:FUNCTION (the current directory first)'
+    )
+    p.add_argument(
+        '--quantity', required=True, choices=list(QUANTITIES), metavar='NAME', help='(see below)'
+    )
+    p.add_argument(
+        '--option',
+        type=_option,
+        action='append',
+        default=[],
+        metavar='KEY=VALUE',
+        help='(repeatable)',
+    )
+    p.add_argument('--examples', type=int, default=None, help="generated cases (the quantity's)")
     p.add_argument('--seed', type=int, default=0, help="hypothesis's seed")
-    p.add_argument('--vectors', default=None, help='also check the test vectors in this directory')
+    p.add_argument('--rtol', type=float, default=None, help="relative tolerance (the kit's rule)")
+    p.add_argument('--atol', type=float, default=None, help="absolute tolerance (the kit's rule)")
+    p.add_argument(
+        '--timeout', type=float, default=60.0, help='seconds each call may take (%(default)s)'
+    )
+    p.add_argument('--vectors', metavar='DIR', help='also check the test vectors in this folder')
     p.add_argument('--equal-groups', action='store_true', help='only groups of one size (TRL)')
     return p
 
 # %% ../../nbs/5_practice/23_vectors.ipynb #e38131da
+def load_target(target: str):
+    """The function MODULE:FUNCTION, MODULE imported with the current directory first on sys.path
+    (as `python -m`); a UsageError if it cannot be."""
+    mod, _, name = target.partition(':')
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(mod)
+    except ModuleNotFoundError as e:
+        raise UsageError(
+            f"cannot import {mod}: {e} (searched {os.getcwd()} and sys.path)"
+        ) from None
+    except SyntaxError as e:
+        raise UsageError(
+            f"cannot import {mod}: SyntaxError in {e.filename}, line {e.lineno}: {e.msg}"
+        )
+    except (Exception, SystemExit) as e:  # the module raised while importing
+        raise UsageError(f"cannot import {mod}: it raised {type(e).__name__}: {e}") from None
+    fn = getattr(module, name, None)
+    if fn is None:
+        raise UsageError(f"{mod} has no {name!r}")
+    if not callable(fn):
+        raise UsageError(f"{target} is not a function (its type is {type(fn).__name__})")
+    return fn
+
+
+def prepare_check(a: argparse.Namespace) -> dict:
+    """Everything `hara-ref check` can refuse, before any case runs: the target's form, the options
+    (the oracle run once with them), the numbers, the case restriction, the vector set, the import.
+    The function, options, case restriction and the set's version; or a UsageError."""
+    q, (mod, _, name) = get_quantity(a.quantity), a.target.partition(':')
+    if not mod or not name:
+        raise UsageError(f"target must be MODULE:FUNCTION, got {a.target!r}")
+    keys = [k for k, _ in a.option]
+    if twice := sorted({k for k in keys if keys.count(k) > 1}):
+        raise UsageError(f"--option {twice[0]} is given twice")
+    try:
+        opts = quantity_options(q, dict(a.option))
+        q.oracle(upcast(q.args(build_case(q.family, VECTOR_SPECS[q.family][0]))), **opts)
+        if a.examples is not None:
+            check_scalar('--examples', a.examples, 1, integer=True)
+        for flag, v in (('--rtol', a.rtol), ('--atol', a.atol)):
+            if v is not None:
+                check_scalar(flag, v, 0)
+        check_scalar('--timeout', a.timeout, 0, open_low=True)
+    except (TypeError, ValueError) as e:
+        raise UsageError(e) from None
+    cases = dict(equal_groups=True) if a.equal_groups else None
+    try:
+        case_specs(q.family, **{**q.restrict, **(cases or {})})
+    except TypeError:
+        raise UsageError(
+            f"--equal-groups does not apply to {q.name}: its cases have no such option"
+        )
+    made = None
+    if a.vectors is not None:
+        try:
+            index, _ = vectors_for(q, opts, a.vectors)
+        except ValueError as e:
+            raise UsageError(e) from None
+        made = f"{index['oracle']} {index['version']}"
+    return dict(fn=load_target(a.target), opts=opts, cases=cases, made=made)
+
+
 def check_cli(argv: list | None = None) -> int:
     "`hara-ref check MODULE:FUNCTION --quantity NAME`: 0 conforms, 1 does not, 2 cannot run."
-    p = check_parser()
-    a = p.parse_args(sys.argv[1:] if argv is None else argv)
-    mod, _, name = a.target.partition(':')
-    if not mod or not name:
-        p.error(f"target must be MODULE:FUNCTION, got {a.target!r}")
     try:
-        fn = getattr(importlib.import_module(mod), name)
-    except (ImportError, AttributeError) as e:
-        print(f"hara-ref check: cannot load {a.target}: {e}", file=sys.stderr)
+        a = check_parser().parse_args(sys.argv[1:] if argv is None else argv)
+        run = prepare_check(a)
+    except UsageError as e:
+        print(f"hara-ref check: {_one_line(e)}", file=sys.stderr)
         return 2
-    opts, cases = dict(a.option), dict(equal_groups=True) if a.equal_groups else None
+    fn, opts, limit = run['fn'], run['opts'], dict(timeout=a.timeout)
     try:
-        assert_conforms(fn, a.quantity, seed=a.seed, max_examples=a.examples, cases=cases, **opts)
-        n = check_vectors(fn, a.quantity, a.vectors, **opts) if a.vectors else 0
+        assert_conforms(
+            fn,
+            a.quantity,
+            seed=a.seed,
+            max_examples=a.examples,
+            rtol=a.rtol,
+            atol=a.atol,
+            cases=run['cases'],
+            **limit,
+            **opts,
+        )
+        n = check_vectors(fn, a.quantity, a.vectors, **limit, **opts) if a.vectors else 0
     except AssertionError as e:
         print(f"FAIL {a.target} does not conform to {a.quantity}\n{e}")
         return 1
-    shown = quantity_options(get_quantity(a.quantity), opts)
-    print(f"PASS {a.target} conforms to {a.quantity} {shown}" + (f"; {n} vectors" * bool(n)))
+    print(
+        f"PASS {a.target} conforms to {a.quantity} {opts}"
+        + (f"; {n} vectors of {run['made']}" if n else '')
+    )
     return 0
