@@ -562,3 +562,34 @@ def test_hara_reference_lifts_the_novel_stage_and_a_group_of_two_evenly():
     torch.testing.assert_close(rec2['nu'][0], rec2['nu'][1], atol=1e-12, rtol=0)
     assert float(rec2['nu'][0].max()) > 0.1  # they differ (the novel stage), equally
     assert float(rec2['x'][0].max()) > 2 and float(rec2['x'][1].max()) > 2
+
+
+def worked_example(K=16):
+    """Chapter 13's worked example: 16 planted rollouts of one prompt, 0-7 correct; rollouts 2 and
+    11 carry a novel stage (6) at their 4th visit."""
+    p = planted_stage_rollouts(K=K, substitute=(2, 3), seed=0)
+    q = planted_stage_rollouts(K=K, substitute=(11, 3), seed=0)
+    hidden, stages = p.hidden.clone(), p.stages.clone()  # (K, T, d), (K, T)
+    hidden[11], stages[11] = q.hidden[11], q.stages[11]
+    return hidden, p.mask, (torch.arange(K) < K // 2).double(), stages
+
+
+def test_shear_shrinks_every_advantage_on_the_worked_example():
+    """What chapter 13 says of SHEAR on its worked example: its weight is the span distance itself,
+    below 1 on every token (every advantage shrinks), largest in a rollout with the novel stage."""
+    hidden, mask, rewards, _ = worked_example()
+    _, rs = shear_advantages(hidden, mask, rewards, torch.zeros(16, dtype=torch.long))
+    w = rs.weights[mask]  # (N,) real tokens
+    assert float(w.max()) < 1 and float(w.mean()) < 0.5
+    assert int(torch.where(mask, rs.weights, 0.0).amax(-1).argmax()) in (2, 11)
+
+
+def test_worked_example_weights_stay_near_one_off_the_novel_stages():
+    """Chapter 13's worked example, per token: the 14 rollouts without a novel stage stay within
+    0.15 of 1; rollouts 2 and 11 get the clip on their novel stage."""
+    hidden, mask, rewards, stages = worked_example()
+    _, rw = hara_advantages(hidden, mask, rewards, torch.zeros(16, dtype=torch.long))
+    novel, plain = stages == 6, torch.ones(16, dtype=torch.bool)  # (K, T), (K,)
+    plain[[2, 11]] = False
+    assert float((rw.weights[plain] - 1).abs()[mask[plain]].max()) < 0.15
+    assert (rw.weights[2][novel[2]] == 2).all() and (rw.weights[11][novel[11]] == 0.5).all()
