@@ -12,7 +12,6 @@ from hara_ref.ot.entropic import (
     check_ot_inputs,
     check_iterations,
     broadcast_batch,
-    stop_floor,
 )
 from hara_ref.appendix.sinkhorn import (
     SinkhornConvergenceWarning,
