@@ -545,39 +545,100 @@ def test_bench_quick(capsys):
     assert ratio > 0 and math.isfinite(ratio)
 
 
+# the oracle solved as tightly as the reference: barycenter to 1e-11 with exact plans at every
+# iteration (inner_rtol=0: on random features the loosely solved, warm-started plans of the
+# defaults can lead the barycenter iteration to another of its fixed points), plans and median to
+# 1e-13
+TIGHT = dict(
+    bary_kw=dict(tol=1e-11, max_iter=5000, stop_thr=1e-13, inner_rtol=0.0, inner_iter=500),
+    plan_kw=dict(stop_thr=1e-13),
+    median_kw=dict(tol=1e-13),
+)
+
+
+def reference_demo():
+    "Chapter 13's one-prompt demo: 4 correct, 4 wrong; rollout 1's third stage is novel (stage 4)."
+    return planted_stage_rollouts(
+        K=8, n_stages=4, d=8, stage_len=(3, 5), noise=0.1, seed=0, substitute=(1, 2)
+    )
+
+
 @pytest.mark.parametrize('case', ['planted', 'random'])
 def test_hara_reference_equals_the_oracle(case):
-    """The one-screen reference and the batched oracle give the same advantages (float64, both
-    solved tightly)."""
-    from hara_ref.hara.weights import hara_reference
-    from hara_ref.rlvr.data import planted_stage_rollouts
+    """The one-screen reference at the oracle's settings (eps = 0.05) and the batched oracle solved
+    as tightly give the same advantages to 1e-8 (float64); the reference warns of nothing."""
+    from hara_ref.hara.weights import hara_reference, ORACLE_DEFAULTS
 
-    if case == 'planted':
-        pr = planted_stage_rollouts(
-            K=4, n_stages=3, d=6, stage_len=(2, 3), noise=0.3, seed=0, substitute=(1, 1)
-        )
-        h, m, L_b = pr.hidden, pr.mask, 6
-    else:
+    assert ORACLE_DEFAULTS['reg'] == 0.05 and ORACLE_DEFAULTS['L_b'] == 32
+    if case == 'planted':  # at every default, L_b = 32 included
+        pr = reference_demo()
+        h, m, kw = pr.hidden, pr.mask, {}
+    else:  # Gaussian features, ragged lengths; L_b = 8 keeps it fast
         g = torch.Generator().manual_seed(1)
-        h = torch.randn(4, 6, 4, generator=g, dtype=torch.float64)  # (G, T, d)
-        m, L_b = torch.arange(6) < torch.tensor([6, 4, 5, 6])[:, None], 4  # (G, T)
-    r = torch.tensor([1.0, 1.0, 0.0, 0.0], dtype=torch.float64)
-    tight = dict(
-        bary_kw=dict(tol=1e-11, max_iter=5000),
-        plan_kw=dict(stop_thr=1e-13),
-        median_kw=dict(tol=1e-13),
-    )
+        h = torch.randn(6, 6, 4, generator=g, dtype=torch.float64)  # (G, T, d)
+        m, kw = torch.arange(6) < torch.randint(2, 7, (6,), generator=g)[:, None], dict(L_b=8)
+    G, gid = len(h), torch.zeros(len(h), dtype=torch.long)
+    r = (torch.arange(G) < G // 2).double()  # (G,) half correct
     with warnings.catch_warnings():
-        # the oracle's tight tolerance may stop at its cap on the random case
-        warnings.simplefilter('ignore')
-        fast = hara_advantages(
-            h, m, r, torch.zeros(4, dtype=torch.long), L_b=L_b, reg=0.5, **tight
-        )[0]
-    ref = hara_reference(h, m, r, L_b=L_b, reg=0.5, tol=1e-12)  # (G, T)
-    assert (ref != r.new_zeros(1)).any() and float((ref - fast).abs().max()) < 1e-8
-    A = base_advantages(r, torch.zeros(4, dtype=torch.long))  # (G,)
+        warnings.simplefilter('error')  # no cap reached, nothing silent either
+        ref, rec = hara_reference(h, m, r, **kw)  # (G, T)
+    fast = hara_advantages(h, m, r, gid, **kw, **TIGHT)[0]
+    assert float((ref - fast).abs().max()) < 1e-8
+    if case == 'planted':  # the oracle's defaults are near the same fixed point
+        assert float((hara_advantages(h, m, r, gid)[0] - ref).abs().max()) < 1e-5
+    A = base_advantages(r, gid)  # (G,)
     # the weights are not all 1: a check that can fail
     assert float((ref / A[:, None] - 1)[m].abs().max()) > 1e-3
+    torch.testing.assert_close(ref, A[:, None] * rec['w'] * m)
+
+
+def test_hara_reference_lifts_the_novel_stage_and_a_group_of_two_evenly():
+    """Four rollouts per outcome group: the novel stage of rollout 1 gets the clip, the rest stays
+    near 1. Two per group: the median is the midpoint, both members have the same stage novelty."""
+    from hara_ref.hara.weights import hara_reference
+
+    pr = reference_demo()
+    r = (torch.arange(8) < 4).double()  # (8,)
+    _, rec = hara_reference(pr.hidden, pr.mask, r)
+    novel = pr.stages == 4  # (8, T)
+    assert (rec['w'][1][novel[1]] == 2).all()
+    assert float((rec['w'] - 1).abs()[pr.mask & ~novel].max()) < 0.2
+    two = torch.tensor([0, 1, 4, 5])
+    _, rec2 = hara_reference(pr.hidden[two], pr.mask[two], r[two])
+    torch.testing.assert_close(rec2['nu'][0], rec2['nu'][1], atol=1e-12, rtol=0)
+    assert float(rec2['nu'][0].max()) > 0.1  # they differ (the novel stage), equally
+    assert float(rec2['x'][0].max()) > 2 and float(rec2['x'][1].max()) > 2
+
+
+def worked_example(K=16):
+    """Chapter 13's worked example: 16 planted rollouts of one prompt, 0-7 correct; rollouts 2 and
+    11 carry a novel stage (6) at their 4th visit."""
+    p = planted_stage_rollouts(K=K, substitute=(2, 3), seed=0)
+    q = planted_stage_rollouts(K=K, substitute=(11, 3), seed=0)
+    hidden, stages = p.hidden.clone(), p.stages.clone()  # (K, T, d), (K, T)
+    hidden[11], stages[11] = q.hidden[11], q.stages[11]
+    return hidden, p.mask, (torch.arange(K) < K // 2).double(), stages
+
+
+def test_shear_shrinks_every_advantage_on_the_worked_example():
+    """What chapter 13 says of SHEAR on its worked example: its weight is the span distance itself,
+    below 1 on every token (every advantage shrinks), largest in a rollout with the novel stage."""
+    hidden, mask, rewards, _ = worked_example()
+    _, rs = shear_advantages(hidden, mask, rewards, torch.zeros(16, dtype=torch.long))
+    w = rs.weights[mask]  # (N,) real tokens
+    assert float(w.max()) < 1 and float(w.mean()) < 0.5
+    assert int(torch.where(mask, rs.weights, 0.0).amax(-1).argmax()) in (2, 11)
+
+
+def test_worked_example_weights_stay_near_one_off_the_novel_stages():
+    """Chapter 13's worked example, per token: the 14 rollouts without a novel stage stay within
+    0.15 of 1; rollouts 2 and 11 get the clip on their novel stage."""
+    hidden, mask, rewards, stages = worked_example()
+    _, rw = hara_advantages(hidden, mask, rewards, torch.zeros(16, dtype=torch.long))
+    novel, plain = stages == 6, torch.ones(16, dtype=torch.bool)  # (K, T), (K,)
+    plain[[2, 11]] = False
+    assert float((rw.weights[plain] - 1).abs()[mask[plain]].max()) < 0.15
+    assert (rw.weights[2][novel[2]] == 2).all() and (rw.weights[11][novel[11]] == 0.5).all()
 
 
 # ---------------------------------------------------------------- one meaning per option

@@ -17,6 +17,7 @@ from hara_ref.ot.lfgw import (
     monotone_plan,
     barycenter_update,
     barycenter_cost,
+    linearized_barycenter_reference,
 )
 from hara_ref.ot.fgw_barycenter import sq_dists
 from hara_ref.appendix.barycenters import linearized_barycenter, group_barycenters, feature_scales
@@ -392,3 +393,49 @@ def test_group_barycenters_reports_groups_stopped_at_the_rounding_floor():
         err = info['fixed_point_error']  # (Y,)
         # float32: 100 eps = 1.2e-5 asked, the floor stops both groups above it; float64: tol met
         assert bool((err >= info['tol']).all()) if floor else bool((err < tol).all())
+
+
+def test_reference_barycenter_at_hara_eps_is_the_fixed_point_of_group_barycenters():
+    """At HARA's eps = 0.05, on planted rollouts (stage-structured costs), the reference iteration
+    (Newton plans) converges with no warning, to the barycenter `group_barycenters` reaches when its
+    plans are solved exactly at every iteration."""
+    from hara_ref.rlvr.data import planted_stage_rollouts
+
+    pr = planted_stage_rollouts(K=4, n_stages=4, d=8, stage_len=(3, 5), noise=0.1, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')
+        Z_ref, _, lg = linearized_barycenter_reference(
+            pr.hidden, pr.mask, L_b=16, reg=0.05, tol=1e-12, log=True
+        )
+    assert lg['converged']
+    Z, info = group_barycenters(
+        pr.hidden,
+        pr.mask,
+        torch.zeros(4, dtype=torch.long),
+        L_b=16,
+        reg=0.05,
+        tol=1e-11,
+        max_iter=5000,
+        stop_thr=1e-13,
+        inner_rtol=0.0,
+        inner_iter=500,
+    )
+    assert info['converged'] and float((Z[0] - Z_ref).abs().max()) < 1e-8
+
+
+def test_lfgw_keeps_surplus_tokens_nearer_their_place_than_fgw():
+    """Chapters 06 and 08's pair of planted rollouts: at alpha = 0.25 the FGW plan sends some of
+    rollout 0's first-stage tokens to rollout 1's stage 4 (a stage rollout 0 skips); the anchor's
+    position term keeps the LFGW plan's share of that far smaller."""
+    from hara_ref.ot.fgw import fgw, rollout_pair
+    from hara_ref.rlvr.data import planted_stage_rollouts
+
+    pr = planted_stage_rollouts(K=2, seed=1, p_skip=0.2, p_repeat=0.2)
+    M01, C0, C1 = rollout_pair(pr.hidden, pr.mask, 0, 1)
+    hn = normalize_features(pr.hidden, how='unit')
+    P_fgw = fgw(M01, C0, C1, alpha=0.25)
+    P_lin = lfgw(hn[:1], pr.mask[:1], hn[1][pr.mask[1]][None], alpha=0.25)[1][0][pr.mask[0]]
+    s0, s1 = pr.stages[0][pr.mask[0]], pr.stages[1][pr.mask[1]]
+    assert 4 not in s0.tolist() and 4 in s1.tolist()
+    far = lambda P: float(P[s0 == 0][:, s1 == 4].sum())
+    assert far(P_fgw) > 0.03 and far(P_lin) < far(P_fgw) / 3

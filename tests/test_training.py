@@ -235,13 +235,40 @@ def test_sft_learns_the_format(tok):
     reason='peak_rss_mib reads ru_maxrss in KiB and sets glibc malloc',
 )
 def test_chunked_scoring_keeps_peak_memory_down_at_qwen3_vocab():
-    """Chapter 15's peak-memory runs (a `slow` cell there): at Qwen3's vocabulary, scoring 4 x 64
-    tokens in chunks of 32 grows the peak RSS by under half of one copy of the full (B, T, V)
-    float32 logits (the unchunked call holds at least one)."""
+    """Chapter 15's peak-memory probe: at Qwen3's vocabulary, scoring 4 x 64 tokens in chunks of 32
+    grows the peak RSS by under half of one copy of the full (B, T, V) float32 logits (the
+    unchunked call holds at least one)."""
     from hara_ref.train.policy import peak_rss_mib
 
     one_copy = 4 * 64 * 151_936 * 4 / 2**20  # MiB
     assert peak_rss_mib(4, 64, chunk_tokens=32) < one_copy / 2
+
+
+def test_committed_memory_table_backs_chapter_15():
+    """Chapter 15 prints its memory numbers from `results/memory.json`, and says what they show: the
+    chunked peak stays near one chunk's few (256, V) tensors while the unchunked one grows with
+    B x T (16 x 128: over 8 times the chunked peak)."""
+    from pathlib import Path
+
+    mem = json.loads((Path(__file__).parent.parent / 'nbs/4_train/results/memory.json').read_text())
+    rows = mem['tables'][0]['rows']  # B × T, gradients, unchunked MiB, chunked MiB
+    mib = lambda s: float(s.replace(',', ''))
+    chunked = [mib(r[3]) for r in rows]
+    assert max(chunked) < 2 * min(chunked)  # whatever B and T are
+    big = [r for r in rows if r[0] == '16 × 128']
+    assert big and all(mib(r[2]) > 8 * mib(r[3]) for r in big)
+
+
+def test_hara_share_in_train_results_is_what_17_and_the_front_page_read():
+    "Chapter 17 and the front page read HARA's share of a step from `results/train.json`."
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    train = json.loads((root / 'nbs/4_train/results/train.json').read_text())
+    row = next(r for r in train['tables'][0]['rows'] if r[0] == 'grpo+hara-tok')
+    share = row[-1]  # e.g. '46 ± 1 %'
+    assert share.endswith('%') and 0 < float(share.split()[0]) < 100
+    assert f"HARA's own computation is {share} of its step" in (root / 'README.md').read_text()
 
 
 @pytest.mark.float32

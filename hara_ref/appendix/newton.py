@@ -12,7 +12,6 @@ from hara_ref.ot.entropic import (
     check_ot_inputs,
     check_iterations,
     broadcast_batch,
-    stop_floor,
 )
 from hara_ref.appendix.sinkhorn import (
     SinkhornConvergenceWarning,
@@ -23,61 +22,7 @@ from hara_ref.appendix.sinkhorn import (
 )
 
 # %% auto #0
-__all__ = ['semidual_reference', 'semidual_plan', 'semidual_hessian', 'semidual_point', 'sinkhorn_column_step',
-           'newton_direction', 'semidual_newton']
-
-# %% ../../nbs/6_appendix/30_newton.ipynb #da55cb44
-def semidual_reference(
-    a: torch.Tensor,  # (n,) source weights, all > 0, sum 1
-    b: torch.Tensor,  # (m,) target weights, all > 0, sum 1
-    M: torch.Tensor,  # (n, m) cost
-    reg: float,  # entropic regulariser $\varepsilon$
-    tol: float = 1e-10,  # stop when $\lVert b - b'\rVert_2 <$ tol (`stop_floor`)
-    max_iter: int = 100,  # most Newton steps
-    warn: bool = True,  # `SinkhornConvergenceWarning` when max_iter is reached first
-    # dict(n_iter, err, converged, stop_thr) in place of the steps
-    log: bool = False,
-) -> tuple:  # plan (n, m), Newton steps taken (or the log dict)
-    """Entropic OT by Newton's method on the semi-dual (N1)-(N3) with Armijo backtracking: the
-    reference, one problem."""
-    a, b, M = check_ot_inputs(a, b, M, reg)
-    check_iterations(max_iter, 1, 1.0, 'max_iter')
-    thr = max(tol, float(stop_floor(M, b, reg)))  # what the dtype can resolve
-    logK, ell, m = -M / reg, torch.zeros_like(b), len(b)  # (n, m), (m,)
-
-    def point(ell):
-        X = logK + ell  # (n, m)
-        lse = torch.logsumexp(X, 1)  # (n,)
-        return torch.exp(X - lse[:, None]), (b * ell).sum() - (a * lse).sum()  # S (n, m), J (N1)
-
-    S, J = point(ell)
-    for it in range(max_iter + 1):  # it: Newton steps taken so far
-        T = a[:, None] * S  # (n, m)
-        c = T.sum(0)  # (m,)
-        err = float((b - c).norm())  # ||b - c||_2 = ||grad J||
-        if err < thr or it == max_iter:
-            break
-        # (m, m)  (N2) + the 1 1^T / m^2 of (N3), + a 1e-12 ridge (H can be singular)
-        H = torch.diag(c + 1e-12 * c.max()) - T.T @ S + 1 / m**2
-        eta = torch.linalg.solve(H, b - c)  # (m,)  (N3)
-        # no potential moves by more than 20 (H can be nearly singular)
-        gamma = min(1.0, 20 / float(eta.abs().max()))
-        while True:  # Armijo backtracking
-            S_new, J_new = point(ell + gamma * eta)
-            # (the guard only matters at rounding level)
-            if J_new >= J + 1e-4 * gamma * ((b - c) @ eta) or gamma < 1e-12:
-                break
-            gamma /= 2
-        ell, S, J = ell + gamma * eta, S_new, J_new
-    if warn and err >= thr:
-        warnings.warn(
-            f"semidual_reference: stopped at max_iter={max_iter} Newton steps with "
-            f"marginal error {err:.2e} >= tol {thr:.1e}",
-            SinkhornConvergenceWarning,
-            stacklevel=2,
-        )
-    lg = dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr)
-    return a[:, None] * S, (lg if log else it)
+__all__ = ['semidual_plan', 'semidual_hessian', 'semidual_point', 'sinkhorn_column_step', 'newton_direction', 'semidual_newton']
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #05246c4b
 def semidual_plan(

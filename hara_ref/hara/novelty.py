@@ -237,7 +237,7 @@ def _cap_notes(info: dict, bary_kw: dict, final_kw: dict | None, kind: str = 'li
         )
     if final_kw is not None and info.get('final_unconverged', 0):
         notes.append(
-            f"final plans: {info['final_unconverged']} Sinkhorn problems stopped at "
+            f"final plans: {info['final_unconverged']} entropic OT problems stopped at "
             f"num_iter_max={final_kw['num_iter_max']} "
             f"above stop_thr={final_kw['stop_thr']:.0e} (largest marginal error "
             f"{float(info['marginal_err'].max()):.1e})"
@@ -559,9 +559,10 @@ def hara_novelty(
     # more keyword arguments for `group_barycenters` (max_iter, tol, inner_iter, warn, ...), or
     # `exact_group_barycenters`
     bary_kw: dict | None = None,
-    # solve one more Sinkhorn to the returned barycenter (False: reuse the last iteration's plans)
+    # solve the plans once more against the returned barycenter (False: reuse the last iteration's)
     final_plans: bool = True,
-    # keyword arguments for that final `sinkhorn_log` (num_iter_max, stop_thr, ...)
+    # keyword arguments of that final solve (num_iter_max, stop_thr, ...; `semidual_newton`, or
+    # `sinkhorn_log` with bary_kw=dict(solver='sinkhorn'))
     plan_kw: dict | None = None,
     # the inputs already went through `check_rollouts` (skip a second pass over hidden)
     checked: bool = False,

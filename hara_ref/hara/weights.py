@@ -20,7 +20,6 @@ from hara_ref.hara.novelty import (
     PLAN_DEFAULTS,
     span_novelty,
     relative_novelty,
-    local_assignment,
     stage_versions,
     version_excess,
     relative_to_group,
@@ -30,7 +29,7 @@ from ..ot.lfgw import lifted_cost
 from ..rlvr.grpo import group_advantages
 from ..ot.fgw import normalize_features, chain_positions
 from ..ot.lfgw import chain_tau_bar, lift, linearized_barycenter_reference
-from ..ot.entropic import sinkhorn_reference
+from ..ot.entropic import semidual_reference
 from .rollouts import group_geometric_median
 from hara_ref.hara.baselines import (
     shear_advantages,
@@ -67,42 +66,60 @@ def hara_weights(
     return torch.where(act, w, torch.ones_like(w))
 
 # %% ../../nbs/3_hara/13_hara.ipynb #onescr02
-ORACLE_DEFAULTS = dict(alpha=0.25, L_b=32, reg=0.05, kappa=1.0, w_min=0.5, w_max=2.0, tol=1e-10)
+# the oracle's settings (alpha, L_b, reg: the paper's; the weight map: ours) and the reference's tol
+ORACLE_DEFAULTS = dict(alpha=0.25, L_b=32, reg=0.05, kappa=1.0, w_min=0.5, w_max=2.0, tol=1e-12)
 
 
 def hara_reference(
     hidden: torch.Tensor, mask: torch.Tensor, rewards: torch.Tensor, **oracle_kw
-) -> torch.Tensor:
+) -> tuple:
     """HARA-tok for one prompt from the reference pieces: hidden (G, T, d), mask (G, T) (a prefix of
-    each row), rewards (G,) -> advantages A_i w_{i,t} (G, T), 0 on padding. `oracle_kw` overrides
-    `ORACLE_DEFAULTS`: FGW trade-off alpha, barycenter size L_b, entropic reg, the weight map's
-    kappa, w_min, w_max, and tol, where the barycenter iteration stops (Z moves by at most tol)."""
+    each row), rewards (G,) -> advantages A_i w_{i,t} (G, T), 0 on padding, and a dict of token
+    novelty n, relative novelty x, weight w (G, T) and stage novelty nu (G, L_b). `oracle_kw`
+    overrides `ORACLE_DEFAULTS` (alpha, L_b, reg, kappa, w_min, w_max; tol, where the barycenter,
+    the plans and the median stop)."""
     o = {**ORACLE_DEFAULTS, **oracle_kw}
     G, T, d = hidden.shape
     A = group_advantages(rewards, torch.zeros(G, dtype=torch.long))  # (G,) Eq. (3)
     h = normalize_features(hidden, how='unit') * mask[..., None]  # (G, T, d)
     tau, tau_bar = chain_positions(mask, h.dtype), chain_tau_bar(o['L_b'], h.dtype)  # (G,T), (L_b,)
-    b = torch.full((o['L_b'],), 1 / o['L_b'], dtype=h.dtype)  # (L_b,) barycenter weights
-    w = torch.ones(G, T, dtype=h.dtype)  # (G, T) weight 1 unless reweighted
+    b = torch.full((o['L_b'],), 1 / o['L_b'], dtype=h.dtype)  # (L_b,) node weights
+    out = dict(
+        n=h.new_zeros(G, T), x=mask.to(h.dtype), w=h.new_ones(G, T), nu=h.new_zeros(G, len(b))
+    )
     for r in rewards.unique():  # each outcome group g: the rollouts with the same reward
         g = (rewards == r).nonzero()[:, 0]  # (K,)
-        if A[g[0]] == 0:
-            continue  # no advantage, nothing to reweight
+        if A[g[0]] == 0 or len(g) < 2:
+            continue  # no advantage, or nothing to compare with: w = 1
+        K, m = len(g), mask[g]
         Z, _ = linearized_barycenter_reference(  # (L_b, d)
-            hidden[g], mask[g], o['alpha'], o['L_b'], o['reg'], tol=o['tol']
+            hidden[g], m, o['alpha'], o['L_b'], o['reg'], tol=o['tol'], stop_thr=o['tol']
         )
-        C = lifted_cost(h[g], tau[g], Z, tau_bar, o['alpha'])  # (K, T, L_b) C_{t,j}, Lemma 3.1
-        a = mask[g].to(h.dtype) / mask[g].sum(-1, keepdim=True)  # (K, T) token weights 1/L_i
-        plans = [sinkhorn_reference(a[k], b, C[k], o['reg'], 1e-12)[0] for k in range(len(g))]
-        n_bar = (torch.stack(plans) * C).sum((-2, -1)).mean()  # the group's mean LFGW distance
-        q = local_assignment(C, mask[g], o['reg'])  # (K, T, L_b) tokens' places on the barycenter
-        y = stage_versions(q, lift(h[g], tau[g], o['alpha']))  # (K, L_b, d+1) versions of stages
-        one = torch.zeros(len(g), dtype=torch.long)  # (K,) a single outcome group
-        y_ref = group_geometric_median(y, one, one == 0)[0]  # (K, L_b, d+1) the group's versions
-        _, e, _ = version_excess(q, y, y_ref, mask[g])  # (K, T) token excess over the group
-        x = relative_to_group(e, n_bar.expand(len(g)), mask[g])  # (K, T) x = 1 + e / n_bar
-        w[g] = hara_weights(x, A[g], kappa=o['kappa'], w_min=o['w_min'], w_max=o['w_max'])
-    return A[:, None] * w * mask  # (G, T)
+        C = lifted_cost(h[g], tau[g], Z, tau_bar, o['alpha'])  # (K, T, L_b) Ĉ_i[t,j], Lemma 3.1
+        a = m.to(h.dtype) / m.sum(-1, keepdim=True)  # (K, T) a_{i,t} = 1/L_i
+        # (K, T, L_b) entropic plans T_i to the barycenter
+        plans = torch.stack(
+            [semidual_reference(a[k], b, C[k], o['reg'], o['tol'])[0] for k in range(K)]
+        )
+        c = (plans * C).sum(-1)  # (K, T) c_{i,t} = Σ_j T_i[t,j] Ĉ_i[t,j]; n_{i,t} = L_i c_{i,t}
+        n_bar = c.sum(-1).mean()  # n̄_g = mean over the group of LFGW_ε(μ_k, ν_g)
+        # assignment: P_{i,tj} = a_{i,t} softmax_j(-Ĉ_i[t,j] / ε)
+        S = torch.softmax(-C / o['reg'], -1)  # (K, T, L_b) P_{i,tj} / a_{i,t}
+        P = a[..., None] * S  # (K, T, L_b)
+        # projection: y_{i,j} = Σ_t P_{i,tj} φ_{i,t} / Σ_t P_{i,tj}
+        phi = lift(h[g], tau[g], o['alpha'])  # (K, T, d+1) φ_{i,t}
+        y = P.transpose(-1, -2) @ phi / P.sum(-2)[..., None]  # (K, L_b, d+1)
+        # median: ȳ_{g,j} = argmin_y Σ_k ||y_{k,j} - y||
+        one = torch.zeros(K, dtype=torch.long)  # (K,) a single outcome group
+        y_bar = group_geometric_median(y, one, one == 0, tol=o['tol'])[0]  # (K, L_b, d+1)
+        # excess: ν_{i,j} = ||y_{i,j} - ȳ_{g,j}||², e_{i,t} = Σ_j (P_{i,tj} / a_{i,t}) ν_{i,j}
+        nu = ((y - y_bar) ** 2).sum(-1)  # (K, L_b)
+        e = (S @ nu[..., None])[..., 0] * m  # (K, T)
+        x = relative_to_group(e, n_bar.expand(K), m)  # (K, T) x = 1 + e / n̄_g
+        w = hara_weights(x, A[g], kappa=o['kappa'], w_min=o['w_min'], w_max=o['w_max'])  # (K, T)
+        out['n'][g], out['x'][g], out['nu'][g] = c * m.sum(-1, keepdim=True), x, nu
+        out['w'][g] = torch.where(m, w, 1.0)
+    return A[:, None] * out['w'] * mask, out
 
 # %% ../../nbs/3_hara/13_hara.ipynb #c2ecf4f5
 def hara_advantages(

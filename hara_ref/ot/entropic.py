@@ -11,7 +11,7 @@ import torch
 
 # %% auto #0
 __all__ = ['sinkhorn_naive', 'lse_update', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor',
-           'check_iterations', 'ConvergenceWarning', 'sinkhorn_reference']
+           'check_iterations', 'ConvergenceWarning', 'sinkhorn_reference', 'semidual_reference']
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #9cebbc29
 def sinkhorn_naive(
@@ -207,3 +207,47 @@ def sinkhorn_reference(
             stacklevel=2,
         )
     return plan, (dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr) if log else it)
+
+# %% ../../nbs/2_ot/05_sinkhorn.ipynb #nwt05cd1
+def semidual_reference(
+    a: torch.Tensor,  # (n,) source weights, sum 1 (zeros allowed: padding)
+    b: torch.Tensor,  # (m,) target weights, all > 0, sum 1
+    M: torch.Tensor,  # (n, m) cost
+    reg: float,  # entropic regulariser $\varepsilon$
+    tol: float = 1e-10,  # stop when $\lVert b - b'\rVert_2 <$ tol (floored at `stop_floor`)
+    max_iter: int = 100,  # most Newton steps
+    warn: bool = True,  # `ConvergenceWarning` when max_iter is reached first
+    log: bool = False,  # dict(n_iter, err, converged, stop_thr) in place of the steps
+) -> tuple:  # plan (n, m), Newton steps taken (or the log dict)
+    "Entropic OT by Newton's method on the semi-dual (N1)-(N3): the reference, one problem."
+    a, b, M = check_ot_inputs(a, b, M, reg)
+    check_iterations(max_iter, 1, 1.0, 'max_iter')
+    thr = max(tol, float(stop_floor(M, b, reg)))  # what the dtype can resolve
+    logK, ell, m = -M / reg, torch.zeros_like(b), len(b)  # (n, m), (m,)
+    # J(l) = sum_j b_j l_j - sum_i a_i LSE_j(log K_ij + l_j)   (N1)
+    J = lambda ell: float((b * ell).sum() - (a * torch.logsumexp(logK + ell, 1)).sum())
+    for it in range(max_iter + 1):  # it: Newton steps taken so far
+        S = torch.softmax(logK + ell, 1)  # (n, m)  Gamma(l)
+        T = a[:, None] * S  # (n, m)  the plan, rows exact
+        c = T.sum(0)  # (m,)  b' = T^T 1
+        err = float((b - c).norm())  # ||grad J|| = ||b - b'||_2   (N2)
+        if err < thr or it == max_iter:
+            break
+        # (m, m)  H = diag(b') - T^T Gamma (N2), + 1 1^T / m^2 (N3), + a 1e-12 ridge
+        H = torch.diag(c + 1e-12 * c.max()) - T.T @ S + 1 / m**2
+        eta = torch.linalg.solve(H, b - c)  # (m,)  (N3)
+        gamma = min(1.0, 20 / float(eta.abs().max()))  # no potential moves by more than 20
+        J0, rise = J(ell), 1e-4 * float((b - c) @ eta)  # Armijo asks for gamma * rise
+        slack = 64 * torch.finfo(M.dtype).eps * (abs(J0) + 1)  # J's rounding
+        while J(ell + gamma * eta) < J0 + gamma * rise - slack and gamma > 1e-12:
+            gamma /= 2  # Armijo backtracking
+        ell = ell + gamma * eta
+    if warn and err >= thr:
+        warnings.warn(
+            f"semidual_reference: stopped at max_iter={max_iter} Newton steps with "
+            f"marginal error {err:.2e} >= tol {thr:.1e}",
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    lg = dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr)
+    return T, (lg if log else it)

@@ -9,7 +9,7 @@ import warnings
 import torch
 import ot
 from ..appendix.sinkhorn import sinkhorn_log
-from .entropic import sinkhorn_reference, ConvergenceWarning
+from .entropic import semidual_reference, ConvergenceWarning
 from .fgw import chain_positions, normalize_features
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
@@ -209,7 +209,7 @@ def linearized_barycenter_reference(
     max_iter: int = 1000,  # most barycenter iterations
     # stop when an iteration moves Z by at most this (max |Z_new - Z|); 0: run max_iter
     tol: float = 1e-10,
-    stop_thr: float = 1e-12,  # Sinkhorn's marginal tolerance
+    stop_thr: float = 1e-12,  # the plans' marginal tolerance (`semidual_reference`'s tol)
     warn: bool = True,  # a `ConvergenceWarning` when max_iter is reached with tol > 0
     log: bool = False,  # also return dict(n_iter, change, converged)
 ) -> tuple:  # Z (L_b, d), the last plans (K, T, L_b) (against the Z before it)[, log]
@@ -225,8 +225,9 @@ def linearized_barycenter_reference(
     Z = barycenter_update(monotone_plan(a, b), hn, lam)
     for it in range(1, max_iter + 1):
         M = barycenter_cost(phi, Z, tau_bar, alpha)  # (K, T, L_b) lifted cost
+        # (K, T, L_b) entropic plans, Newton on the semi-dual
         plans = torch.stack(
-            [sinkhorn_reference(a[i], b, M[i], reg, stop_thr)[0] for i in range(len(h))]
+            [semidual_reference(a[i], b, M[i], reg, stop_thr)[0] for i in range(len(h))]
         )
         # Z = diag(1/b') sum_i lambda_i T_i^T h_i, the feature step
         Z_new = barycenter_update(plans, hn, lam)  # (L_b, d)
