@@ -58,7 +58,7 @@ def check_rollouts(
     # NaN/Inf on padding: zero the padding (a copy, only then); finite padding is never read
     if not torch.isfinite(norms).all():
         hidden = hidden.masked_fill(~mask[..., None], 0.0)  # (B, T, d)
-    rewards, group_ids = check_labels(rewards, group_ids, B, hidden.device, hidden.dtype)
+    rewards, group_ids = check_labels(rewards, group_ids, B, hidden.device)
     return hidden, mask, rewards, group_ids, notes
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #83a2e384
@@ -78,8 +78,8 @@ def check_mask(mask: torch.Tensor, B: int, T: int) -> torch.Tensor:
     return mask
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #80de1a86
-def check_labels(rewards, group_ids, B: int, device, dtype) -> tuple:
-    """Rewards (B,) finite, cast to `dtype`, and integer prompt ids (B,) long, or an error naming
+def check_labels(rewards, group_ids, B: int, device) -> tuple:
+    """Rewards (B,) finite, in their own dtype, and integer prompt ids (B,) long, or an error naming
     the problem."""
     rewards, group_ids = (
         torch.as_tensor(rewards, device=device),
@@ -91,7 +91,9 @@ def check_labels(rewards, group_ids, B: int, device, dtype) -> tuple:
         raise ValueError(f"group_ids must have shape (B,) = ({B},), got {tuple(group_ids.shape)}")
     if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
         raise TypeError(f"group_ids must be integer prompt ids, got {group_ids.dtype}")
-    rewards = rewards.detach().to(dtype)  # (B,) a value: no graph goes into the advantages
+    # (B,) a value: no graph goes into the advantages; never cast, so that outcome groups compare
+    # the rewards as given
+    rewards = rewards.detach()
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN/Inf")
     return rewards, group_ids.long()
@@ -435,17 +437,22 @@ def base_or_given(
     base: str = 'grpo',  # 'grpo' | 'drgrpo' | 'dapo' (hara_ref.rlvr.grpo.base_advantages)
     # (B,) precomputed base advantages from the user's trainer
     advantages: torch.Tensor | None = None,
+    # of the advantages returned (the hidden states'); None: the rewards' if floating point
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """The base advantages A_i (B,): given ones (checked), or `hara_ref.rlvr.grpo.base_advantages`
-    unchanged."""
-    if advantages is None:
-        return base_advantages(rewards, group_ids, method=base).to(rewards.dtype)
+    """The base advantages A_i (B,) in `dtype`: given ones (checked), or
+    `hara_ref.rlvr.grpo.base_advantages` unchanged, from the rewards in their own dtype."""
+    if dtype is None:
+        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+    if advantages is None:  # widened to `dtype` if that is wider, never narrowed before
+        wide = torch.promote_types(rewards.dtype, dtype) if rewards.is_floating_point() else dtype
+        return base_advantages(rewards.to(wide), group_ids, method=base).to(dtype)
     A = torch.as_tensor(advantages, device=rewards.device)
     if tuple(A.shape) != tuple(rewards.shape):
         raise ValueError(
             f"advantages must have shape (B,) = {tuple(rewards.shape)}, got {tuple(A.shape)}"
         )
-    A = A.detach().to(rewards.dtype)  # (B,)
+    A = A.detach().to(dtype)  # (B,)
     if not torch.isfinite(A).all():
         raise ValueError("advantages contain NaN/Inf")
     return A

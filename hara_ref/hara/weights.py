@@ -141,7 +141,7 @@ def hara_advantages(
     if reference not in ('group', 'barycenter'):
         raise ValueError(f"reference must be 'group' or 'barycenter', got {reference!r}")
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
-    A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
+    A = base_or_given(rewards, group_ids, base, advantages, hidden.dtype)  # (B,)
     nov = hara_novelty(
         hidden, mask, rewards, group_ids, keep=(A != 0) & (kappa != 0), checked=True, **novelty_kw
     )
@@ -191,7 +191,7 @@ def reweight_advantages(
     `method`."""
     if method == 'none':
         mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
-        A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
+        A = base_or_given(rewards, group_ids, base, advantages, dtype)  # (B,)
         return apply_weights(
             A, torch.ones(mask.shape, dtype=A.dtype, device=A.device), mask
         ), Reweighting('none', A, torch.ones(mask.shape, dtype=A.dtype, device=A.device))
