@@ -12,9 +12,9 @@ import torch
 from ..rlvr.grpo import base_advantages
 
 # %% auto #0
-__all__ = ['check_rollouts', 'check_mask', 'check_labels', 'check_scalar', 'check_binary', 'outcome_groups', 'pack_slots',
-           'step_boundaries', 'span_ids', 'group_mean', 'group_median', 'geometric_median', 'group_geometric_median',
-           'Reweighting', 'base_or_given', 'apply_weights']
+__all__ = ['check_rollouts', 'check_mask', 'check_labels', 'check_scalar', 'field_errors', 'check_binary', 'outcome_groups',
+           'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median', 'geometric_median',
+           'group_geometric_median', 'Reweighting', 'base_or_given', 'apply_weights']
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #e5fa9479
 def check_rollouts(
@@ -106,10 +106,11 @@ def check_scalar(
     hi: float = math.inf,  # largest value allowed
     open_low: bool = False,  # `lo` itself is not allowed: the range is (lo, hi]
     integer: bool = False,  # `v` must have an integer type (then an int comes back)
+    open_high: bool = False,  # `hi` itself is not allowed: the range is [lo, hi)
 ) -> float | int:
     "`v` as a Python float (int with `integer`), or an error naming `name`, the value, the range."
     rng = (
-        f"in {'(' if open_low else '['}{lo:g}, {hi:g}]"
+        f"in {'(' if open_low else '['}{lo:g}, {hi:g}{')' if open_high else ']'}"
         if hi < math.inf
         else f"{'>' if open_low else '>='} {lo:g}"
         if lo > -math.inf
@@ -122,9 +123,26 @@ def check_scalar(
         v = v.item()
     if isinstance(v, bool) or not isinstance(v, numbers.Integral if integer else numbers.Real):
         raise TypeError(f"{name} must be {kind}, got {v!r} of type {type(v).__name__}")
-    if not integer and not math.isfinite(v) or v < lo or v > hi or (open_low and v == lo):
+    out = not integer and not math.isfinite(v) or v < lo or v > hi
+    if out or (open_low and v == lo) or (open_high and v == hi):
         raise ValueError(f"{name} must be {kind}, got {v!r}")
     return int(v) if integer else float(v)
+
+
+def field_errors(
+    obj,  # a configuration: any object with the attributes named in `ranges`
+    ranges: dict,  # {attribute: `check_scalar`'s keywords (lo, hi, open_low, open_high, integer)}
+) -> list:
+    """`check_scalar`'s message for each attribute of `obj` outside its range, the attribute in
+    backticks; None passes (it stands for a default chosen later)."""
+    bad = []
+    for name, kw in ranges.items():
+        if (v := getattr(obj, name)) is not None:
+            try:
+                check_scalar(f"`{name}`", v, **kw)
+            except (TypeError, ValueError) as e:
+                bad.append(str(e))
+    return bad
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #73a3faad
 def check_binary(
