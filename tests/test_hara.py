@@ -717,3 +717,25 @@ def test_an_option_given_twice_is_refused_by_name():
     a, rw = reweight_advantages('hara-tok', h, m, r, g, span_len=2)
     assert rw.method == 'hara-span'
     assert torch.equal(a, hara_advantages(h, m, r, g, granularity='span', span_len=2)[0])
+
+
+def test_rewards_keep_their_dtype():
+    """float64 rewards 1 and 1 + 5e-8 are two outcomes even next to float32 hidden states: the
+    outcome groups and the base advantages are the float64 hidden states' ones."""
+    g = torch.Generator().manual_seed(0)
+    h64, m = torch.randn(4, 3, 2, generator=g, dtype=torch.float64), torch.ones(4, 3, dtype=bool)
+    r64, gid = (
+        torch.tensor([1.0, 1 + 5e-8, 0.0, 1.0], dtype=torch.float64),
+        torch.tensor([0, 0, 1, 1]),
+    )
+    _, rw64 = hara_advantages(h64, m, r64, gid)
+    adv32, rw32 = hara_advantages(h64.float(), m, r64, gid)
+    assert rw32.novelty.og.tolist() == rw64.novelty.og.tolist() == [0, 1, 2, 3]
+    assert rw32.base.dtype == adv32.dtype == torch.float32
+    assert rw32.base[0] < -0.02 and rw32.base[1] > 0.02  # ±0.024 = ±2.5e-8 / (std + 1e-6)
+    assert torch.equal(rw32.base, rw64.base.float())
+    assert torch.equal(rw32.base, base_advantages(r64, gid).float())
+    for method in ('none', 'position', 'shear'):  # the baselines read the same base advantages
+        kw = dict(width=2, stride=1) if method == 'shear' else {}
+        rw = reweight_advantages(method, h64.float(), m, r64, gid, **kw)[1]
+        assert torch.equal(rw.base, rw32.base), method

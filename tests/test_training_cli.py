@@ -35,7 +35,7 @@ def ckpt_and_data(tmp_path):
     save_policy(tiny_qwen3(tok, hidden_size=32, seed=0), tok, tmp_path / 'tiny-qwen3')
     rows = [
         dict(problem=f"What is {a}+{b}?", solution=f"It is $\\boxed{{{a + b}}}$.")
-        for a, b in [(1, 1), (2, 3), (4, 4), (7, 1), (5, 5), (9, 0)]
+        for a, b in [(1, 1), (2, 3), (4, 4), (7, 1), (5, 5), (9, 0), (3, 0)]  # 3+0: held out
     ]
     rows.append(dict(problem='Write one half.', answer='\\frac{1}{2}'))
     (tmp_path / 'math.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
@@ -262,3 +262,82 @@ def test_run_threads_gives_back_what_it_found():
         assert torch.get_num_threads() == threads and flushes_denormals() == flush
         assert hf_logging.is_progress_bar_enabled() == bar
     hf_logging.enable_progress_bar() if bars else hf_logging.disable_progress_bar()
+
+
+# each flag value `hara-ref train` refuses before any work, and the start of its one-line message
+# ('{tmp}': the test's folder)
+BAD_FLAGS = [
+    (['--workers', '0'], '--workers must be an integer >= 1, got 0'),
+    (['--threads', '0'], '--threads must be an integer >= 1, got 0'),
+    (['--heldout-frac', '1.0'], '--heldout-frac must be a finite real number in (0, 1), got 1.0'),
+    (['--minibatches', '100'], '--minibatches 100 > the 64 rollouts of a step'),
+    (['--sft-steps', '-5'], '--sft-steps must be an integer >= 0, got -5'),
+    (['--hidden-layer', '99'], '--hidden-layer 99 does not exist: the model has 2 layers'),
+    (['--lr', 'nan'], '--lr must be a finite real number > 0, got nan'),
+    (['--clip-eps-low', '1.5'], '--clip-eps-low must be a finite real number in [0, 1), got 1.5'),
+    (['--beta', '-1'], '--beta must be a finite real number >= 0, got -1.0'),
+    (['--max-prompt-len', '1'], '--max-prompt-len 1 cannot hold the prompts: the longest has 10'),
+    (['--n-terms', '0'], '--n-terms must be an integer >= 2, got 0'),
+    (['--out', '{tmp}/a-file'], '--out {tmp}/a-file is a file, not a folder'),
+    (['--out', '{tmp}/a-file/run'], '--out {tmp}/a-file/run: {tmp}/a-file is a file, not a folder'),
+    (['--out', '/proc/hara-ref-run'], '--out /proc/hara-ref-run is under /proc, a system folder'),
+    (['--out', '/dev/null/run'], '--out /dev/null/run is under /dev, a system folder'),
+]
+
+
+@pytest.mark.parametrize('flags, msg', BAD_FLAGS, ids=[' '.join(f) for f, _ in BAD_FLAGS])
+def test_bad_flag_refused_before_any_work(tmp_path, capsys, flags, msg):
+    "rc 2, one line on stderr naming the flag, and no run folder: nothing was written."
+    (tmp_path / 'a-file').write_text('not a folder')
+    flags = [f.replace('{tmp}', str(tmp_path)) for f in flags]
+    argv = flags if '--out' in flags else ['--out', str(tmp_path / 'run'), *flags]
+    assert train_cli(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith('hara-ref train: error: ' + msg.replace('{tmp}', str(tmp_path))), err
+    assert err.count('\n') == 1 and flags[0] in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['a-file']
+    assert (tmp_path / 'a-file').read_text() == 'not a folder'
+    assert not os.path.exists(flags[1]) or flags[1].endswith('a-file')
+
+
+@pytest.mark.parametrize('side', ['train', 'held-out'])
+def test_data_with_an_empty_split_refused(ckpt_and_data, tmp_path, capsys, tiny, side):
+    """A data file whose prompts all miss the held-out hash (or all hit it) is refused with the
+    reason, before any work: the held-out set never falls back to a training prompt."""
+    from hara_ref.rlvr.data import is_heldout
+    from hara_ref.train.sft import load_jsonl
+
+    ckpt, data = ckpt_and_data
+    held = [is_heldout(it['prompt'], 0.1) for it in load_jsonl(data)]
+    assert held.count(True) == 1  # the fixture's 8 prompts: one held out
+    lines = [line for line, h in zip(data.read_text().splitlines(), held) if h == (side != 'train')]
+    one = tmp_path / 'one-side.jsonl'
+    one.write_text('\n'.join(lines) + '\n')
+    out = tmp_path / 'run'
+    argv = ['--model', str(ckpt), '--data', str(one), '--out', str(out)] + tiny
+    assert train_cli(argv) == 2
+    n, none = len(lines), 'held-out' if side == 'train' else 'training'
+    said = (
+        f"hara-ref train: error: --data {one}: {0 if side == 'train' else n} of its {n} prompts "
+        "fall in the held-out share --heldout-frac 0.1 (a hash of the prompt decides), leaving no "
+        f"{none} prompt: add prompts, or {'raise' if side == 'train' else 'lower'} --heldout-frac\n"
+    )
+    assert capsys.readouterr().err == said
+    assert not out.exists()
+
+
+def test_resume_checks_the_checkpoint_tokenizer_before_any_write(finished, capsys):
+    """A run's checkpoint without its tokenizer.json: the resume is refused naming that file, and
+    nothing (config.json, train_config.json, metrics) is rewritten."""
+    out, argv = finished
+    run = out / 'runs' / 'grpo-s0'
+    rows = (run / 'metrics.jsonl').read_text().splitlines(keepends=True)
+    assert json.loads(rows[-1])['kind'] == 'eval' and json.loads(rows[-1])['step'] == 2
+    (run / 'metrics.jsonl').write_text(''.join(rows[:-1]))  # stopped before its final evaluation
+    (run / 'ckpt' / 'tokenizer.json').unlink()
+    before = _snapshot(out)
+    capsys.readouterr()
+    assert train_cli(argv + ['--resume']) == 2
+    err = capsys.readouterr().err
+    assert f"{run / 'ckpt' / 'tokenizer.json'} is missing (no tokenizer)" in err, err
+    assert _snapshot(out) == before

@@ -216,7 +216,7 @@ def labels_only(hidden, mask, rewards, group_ids) -> tuple:
         else torch.get_default_dtype()
     )
     dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-    return (mask, *check_labels(rewards, group_ids, mask.shape[0], mask.device, dtype), dtype)
+    return (mask, *check_labels(rewards, group_ids, mask.shape[0], mask.device), dtype)
 
 # %% ../../nbs/3_hara/14_baselines.ipynb #60963a41
 def shear_advantages(
@@ -225,7 +225,7 @@ def shear_advantages(
     """SHEAR: token advantages (B, T) = A_i × SHEAR span-distance weights, and a `Reweighting`
     record."""
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
-    A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
+    A = base_or_given(rewards, group_ids, base, advantages, hidden.dtype)  # (B,)
     w, info = shear_weights(hidden, mask, rewards, group_ids, log=True, **shear_kw)  # (B, T), caps
     if info['unconverged']:
         notes.append(shear_cap_note(info))  # `shear_weights` warned
@@ -250,7 +250,7 @@ def entropy_advantages(
         )
     mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
     ent = torch.as_tensor(logits_entropy, device=mask.device).detach().to(dtype)  # (B, T) a value
-    A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
+    A = base_or_given(rewards, group_ids, base, advantages, dtype)  # (B,)
     w = entropy_weights(ent, mask, rho)  # (B, T)
     return apply_weights(A, w, mask), Reweighting('entropy', A, w, signal=ent * mask)
 
@@ -268,6 +268,6 @@ def position_advantages(
     """Position weighting (our reading of GRPO-λ): A_i λ_decay^(L_i - t) (or λ_decay^(t-1)), and a
     record."""
     mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
-    A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
+    A = base_or_given(rewards, group_ids, base, advantages, dtype)  # (B,)
     w = position_weights(mask, lam, style).to(dtype)  # (B, T)
     return apply_weights(A, w, mask), Reweighting('position', A, w, signal=w)

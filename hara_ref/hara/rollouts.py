@@ -12,9 +12,9 @@ import torch
 from ..rlvr.grpo import base_advantages, group_index
 
 # %% auto #0
-__all__ = ['check_rollouts', 'check_mask', 'check_labels', 'check_scalar', 'check_binary', 'outcome_groups', 'pack_slots',
-           'step_boundaries', 'span_ids', 'group_mean', 'group_median', 'geometric_median', 'group_geometric_median',
-           'Reweighting', 'base_or_given', 'apply_weights']
+__all__ = ['check_rollouts', 'check_mask', 'check_labels', 'check_scalar', 'field_errors', 'check_binary', 'outcome_groups',
+           'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median', 'geometric_median',
+           'group_geometric_median', 'Reweighting', 'base_or_given', 'apply_weights']
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #e5fa9479
 def check_rollouts(
@@ -58,7 +58,7 @@ def check_rollouts(
     # NaN/Inf on padding: zero the padding (a copy, only then); finite padding is never read
     if not torch.isfinite(norms).all():
         hidden = hidden.masked_fill(~mask[..., None], 0.0)  # (B, T, d)
-    rewards, group_ids = check_labels(rewards, group_ids, B, hidden.device, hidden.dtype)
+    rewards, group_ids = check_labels(rewards, group_ids, B, hidden.device)
     return hidden, mask, rewards, group_ids, notes
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #83a2e384
@@ -78,8 +78,8 @@ def check_mask(mask: torch.Tensor, B: int, T: int) -> torch.Tensor:
     return mask
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #80de1a86
-def check_labels(rewards, group_ids, B: int, device, dtype) -> tuple:
-    """Rewards (B,) finite, cast to `dtype`, and prompt ids (B,) long, or an error naming the
+def check_labels(rewards, group_ids, B: int, device) -> tuple:
+    """Rewards (B,) finite, in their own dtype, and prompt ids (B,) long, or an error naming the
     problem; ids that are not numbers (str, uuid) are numbered by first appearance, as
     `group_advantages` numbers them."""
     rewards = torch.as_tensor(rewards, device=device)
@@ -93,7 +93,9 @@ def check_labels(rewards, group_ids, B: int, device, dtype) -> tuple:
         raise ValueError(f"group_ids must have shape (B,) = ({B},), got {tuple(group_ids.shape)}")
     if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
         raise TypeError(f"group_ids must be integer prompt ids, got {group_ids.dtype}")
-    rewards = rewards.detach().to(dtype)  # (B,) a value: no graph goes into the advantages
+    # (B,) a value: no graph goes into the advantages; never cast, so that outcome groups compare
+    # the rewards as given
+    rewards = rewards.detach()
     if not torch.isfinite(rewards).all():
         raise ValueError("rewards contain NaN/Inf")
     return rewards, group_ids.long()
@@ -106,10 +108,11 @@ def check_scalar(
     hi: float = math.inf,  # largest value allowed
     open_low: bool = False,  # `lo` itself is not allowed: the range is (lo, hi]
     integer: bool = False,  # `v` must have an integer type (then an int comes back)
+    open_high: bool = False,  # `hi` itself is not allowed: the range is [lo, hi)
 ) -> float | int:
     "`v` as a Python float (int with `integer`), or an error naming `name`, the value, the range."
     rng = (
-        f"in {'(' if open_low else '['}{lo:g}, {hi:g}]"
+        f"in {'(' if open_low else '['}{lo:g}, {hi:g}{')' if open_high else ']'}"
         if hi < math.inf
         else f"{'>' if open_low else '>='} {lo:g}"
         if lo > -math.inf
@@ -122,9 +125,26 @@ def check_scalar(
         v = v.item()
     if isinstance(v, bool) or not isinstance(v, numbers.Integral if integer else numbers.Real):
         raise TypeError(f"{name} must be {kind}, got {v!r} of type {type(v).__name__}")
-    if not integer and not math.isfinite(v) or v < lo or v > hi or (open_low and v == lo):
+    out = not integer and not math.isfinite(v) or v < lo or v > hi
+    if out or (open_low and v == lo) or (open_high and v == hi):
         raise ValueError(f"{name} must be {kind}, got {v!r}")
     return int(v) if integer else float(v)
+
+
+def field_errors(
+    obj,  # a configuration: any object with the attributes named in `ranges`
+    ranges: dict,  # {attribute: `check_scalar`'s keywords (lo, hi, open_low, open_high, integer)}
+) -> list:
+    """`check_scalar`'s message for each attribute of `obj` outside its range, the attribute in
+    backticks; None passes (it stands for a default chosen later)."""
+    bad = []
+    for name, kw in ranges.items():
+        if (v := getattr(obj, name)) is not None:
+            try:
+                check_scalar(f"`{name}`", v, **kw)
+            except (TypeError, ValueError) as e:
+                bad.append(str(e))
+    return bad
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #73a3faad
 def check_binary(
@@ -437,17 +457,22 @@ def base_or_given(
     base: str = 'grpo',  # 'grpo' | 'drgrpo' | 'dapo' (hara_ref.rlvr.grpo.base_advantages)
     # (B,) precomputed base advantages from the user's trainer
     advantages: torch.Tensor | None = None,
+    # of the advantages returned (the hidden states'); None: the rewards' if floating point
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """The base advantages A_i (B,): given ones (checked), or `hara_ref.rlvr.grpo.base_advantages`
-    unchanged."""
-    if advantages is None:
-        return base_advantages(rewards, group_ids, method=base).to(rewards.dtype)
+    """The base advantages A_i (B,) in `dtype`: given ones (checked), or
+    `hara_ref.rlvr.grpo.base_advantages` unchanged, from the rewards in their own dtype."""
+    if dtype is None:
+        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
+    if advantages is None:  # widened to `dtype` if that is wider, never narrowed before
+        wide = torch.promote_types(rewards.dtype, dtype) if rewards.is_floating_point() else dtype
+        return base_advantages(rewards.to(wide), group_ids, method=base).to(dtype)
     A = torch.as_tensor(advantages, device=rewards.device)
     if tuple(A.shape) != tuple(rewards.shape):
         raise ValueError(
             f"advantages must have shape (B,) = {tuple(rewards.shape)}, got {tuple(A.shape)}"
         )
-    A = A.detach().to(rewards.dtype)  # (B,)
+    A = A.detach().to(dtype)  # (B,)
     if not torch.isfinite(A).all():
         raise ValueError("advantages contain NaN/Inf")
     return A

@@ -163,7 +163,7 @@ def hara_advantages(
     if reference not in ('group', 'barycenter'):
         raise ValueError(f"reference must be 'group' or 'barycenter', got {reference!r}")
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
-    A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
+    A = base_or_given(rewards, group_ids, base, advantages, hidden.dtype)  # (B,)
     nov = hara_novelty(
         hidden, mask, rewards, group_ids, keep=(A != 0) & (kappa != 0), checked=True, **novelty_kw
     )
@@ -215,7 +215,7 @@ def reweight_advantages(
         if kw:  # an option 'none' would ignore
             raise ValueError(f"method 'none' takes no options, got {sorted(kw)[0]}")
         mask, rewards, group_ids, dtype = labels_only(hidden, mask, rewards, group_ids)
-        A = base_or_given(rewards, group_ids, base, advantages)  # (B,)
+        A = base_or_given(rewards, group_ids, base, advantages, dtype)  # (B,)
         return apply_weights(
             A, torch.ones(mask.shape, dtype=A.dtype, device=A.device), mask
         ), Reweighting('none', A, torch.ones(mask.shape, dtype=A.dtype, device=A.device))

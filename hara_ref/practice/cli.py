@@ -243,13 +243,12 @@ def configs_from_args(args) -> tuple:
     except ValueError as e:
         raise ValueError(as_flags(str(e), [*kw_ex, *kw_tr])) from None
     _check_paths(ex)
-    if ex.engine == 'ours' or not ex.resume:  # a fresh run never writes over results
-        from hara_ref.train.experiment import experiment_plan
+    from hara_ref.train.experiment import experiment_plan, check_start
 
-        try:
-            experiment_plan(ex, cfg)
-        except ValueError as e:
-            raise ValueError(as_flags(str(e), [*kw_ex, *kw_tr])) from None
+    try:  # a fresh run never writes over results; TRL's engine cannot resume (it says so)
+        experiment_plan(ex, cfg) if ex.engine == 'ours' or not ex.resume else check_start(ex, cfg)
+    except ValueError as e:
+        raise ValueError(as_flags(str(e), [*kw_ex, *kw_tr])) from None
     return ex, cfg
 
 # %% ../../nbs/5_practice/27_cli.ipynb #clihook2

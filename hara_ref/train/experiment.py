@@ -23,15 +23,17 @@ from hara_ref.train.policy import (
     read_json,
     checkpoint_problem,
 )
+from ..hara.rollouts import field_errors
 from .rl import need_hook, needed_hooks, TrainConfig, REWEIGHTS
 from .sft import builtin_items, load_jsonl, sft, evaluate
 from .loop import train_run, resume_point, config_changes, progress_bar
 from .policy import read_jsonl, load_trainer_state
 
 # %% auto #0
-__all__ = ['ExperimentConfig', 'experiment_errors', 'variant_name', 'torch_threads', 'no_progress_bars', 'flushes_denormals',
-           'run_threads', 'experiment_task', 'prepare_start', 'experiment_variants', 'experiment_jobs',
-           'experiment_plan', 'start_point', 'run_variants', 'run_experiment', 'run_jobs', 'run_pool']
+__all__ = ['EXPERIMENT_RANGES', 'ExperimentConfig', 'experiment_errors', 'variant_name', 'torch_threads', 'no_progress_bars',
+           'flushes_denormals', 'run_threads', 'experiment_task', 'experiment_items', 'prepare_start',
+           'experiment_variants', 'experiment_jobs', 'out_problem', 'model_layers', 'check_start', 'experiment_plan',
+           'start_point', 'run_variants', 'run_experiment', 'run_jobs', 'run_pool']
 
 # %% ../../nbs/4_train/19_experiment.ipynb #3023c47f
 @dataclass
@@ -79,6 +81,19 @@ class ExperimentConfig:
         _fill_defaults(self)
 
 
+# the numeric fields' ranges: `check_scalar`'s keywords (chapter 11_rollouts); None: a default
+EXPERIMENT_RANGES = {
+    **dict.fromkeys(('workers', 'threads', 'sft_batch', 'n_layers'), dict(lo=1, integer=True)),
+    'max_value': dict(lo=1, integer=True),
+    'n_terms': dict(lo=2, integer=True),  # an addition has two terms at least
+    'sft_steps': dict(lo=0, integer=True),
+    'hidden_size': dict(lo=8, integer=True),  # and a multiple of 8 (below)
+    'sft_lr': dict(lo=0, open_low=True),
+    'sft_shuffle': dict(lo=0, hi=1),
+    'heldout_frac': dict(lo=0, hi=1, open_low=True, open_high=True),
+}
+
+
 def experiment_errors(ex: ExperimentConfig) -> list:
     """What is wrong with `ex`, one message per problem (a field is named in backticks, or by its
     name with an underscore)."""
@@ -111,6 +126,12 @@ def experiment_errors(ex: ExperimentConfig) -> list:
             "tasks' characters and is warm-started on their scratchpads, so on your data it would "
             "start from random weights, never write a \\boxed{} answer and get reward 0 at every "
             "step; give `model`, or leave out `data`"
+        )
+    bad += field_errors(ex, EXPERIMENT_RANGES)
+    if isinstance(ex.hidden_size, int) and ex.hidden_size % 8:
+        bad.append(
+            f"`hidden_size` must be a multiple of 8 (4 attention heads of an even size), got "
+            f"{ex.hidden_size}"
         )
     if ex.allow_config_change and not ex.resume:
         bad.append("`allow_config_change` only applies with `resume`")
@@ -206,21 +227,35 @@ def _strategy_fn(ex: ExperimentConfig):
     return t.strategy if t else None
 
 # %% ../../nbs/4_train/19_experiment.ipynb #31de7207
+def experiment_items(ex: ExperimentConfig, eval_prompts: int = 100) -> tuple:
+    """The train and held-out items of `ex` and their reward; a ValueError when `data` leaves one
+    split empty."""
+    task = experiment_task(ex)
+    if not ex.data:  # the built-in task's splits never share a prompt (chapter 01_data)
+        return (
+            builtin_items(4000, 'train', 0, task=task),
+            builtin_items(eval_prompts, 'test', 0, distinct=True, task=task),
+            task.reward,
+        )
+    items, f = load_jsonl(ex.data), ex.heldout_frac
+    held = [it for it in items if is_heldout(it['prompt'], f)]  # a hash of the prompt decides
+    train = [it for it in items if not is_heldout(it['prompt'], f)]
+    if not held or not train:
+        raise ValueError(
+            f"`data` {ex.data}: {len(held)} of its {len(items)} prompts fall in the held-out "
+            f"share `heldout_frac` {f} (a hash of the prompt decides), leaving no "
+            f"{'held-out' if not held else 'training'} prompt: add prompts, or "
+            f"{'raise' if not held else 'lower'} `heldout_frac`"
+        )
+    return train, held, math_reward
+
+
 def prepare_start(ex: ExperimentConfig, eval_prompts: int = 100, progress: bool = True) -> tuple:
     """The start checkpoint (built-in: tiny Qwen3 after SFT, once) and the train / held-out items
     with their reward."""
     out = Path(ex.out)
     task = experiment_task(ex)
-    if ex.data:
-        items, reward_fn = load_jsonl(ex.data), math_reward
-        train = [it for it in items if not is_heldout(it['prompt'], ex.heldout_frac)]
-        held = [it for it in items if is_heldout(it['prompt'], ex.heldout_frac)] or items[:1]
-    else:
-        train, held, reward_fn = (
-            builtin_items(4000, 'train', 0, task=task),
-            builtin_items(eval_prompts, 'test', 0, distinct=True, task=task),
-            task.reward,
-        )
+    train, held, reward_fn = experiment_items(ex, eval_prompts)
     if ex.model and not ex.sft_steps:
         return Path(ex.model), train, held, reward_fn
     init = out / 'sft'
@@ -300,8 +335,68 @@ def _check_resume_files(ex: ExperimentConfig, cfg: TrainConfig):
         raise ValueError(f"the warm start is damaged: {bad}; delete {out / 'sft'} to redo it")
 
 
+def out_problem(out) -> str | None:
+    "Why `out` cannot be a run folder (a file, a system folder, not writable), or None."
+    p = Path(out).expanduser().resolve()
+    system = [s for s in ('/proc', '/sys', '/dev') if p.is_relative_to(s)]
+    if system and not p.is_relative_to('/dev/shm'):  # /dev/shm: a RAM disk for files
+        return f"`out` {out} is under {system[0]}, a system folder: choose a folder of your own"
+    up = next(a for a in (p, *p.parents) if a.exists())  # the nearest existing folder (or file)
+    if not up.is_dir():
+        return f"`out` {out}{'' if up == p else f': {up}'} is a file, not a folder"
+    if not os.access(up, os.W_OK | os.X_OK):
+        return f"`out` {out}: {up} is not writable"
+    return None
+
+
+def model_layers(ex: ExperimentConfig) -> int | None:
+    "Decoder layers of the start policy: `model`'s config.json (None if unreadable), or `n_layers`."
+    if not ex.model:
+        return ex.n_layers
+    try:
+        c = json.loads((Path(ex.model) / 'config.json').read_text(encoding='utf-8'))
+    except (OSError, ValueError):
+        return None  # loading the model names the problem
+    return c.get('num_hidden_layers', c.get('text_config', {}).get('num_hidden_layers'))
+
+
+def check_start(ex: ExperimentConfig, cfg: TrainConfig, variants: dict | None = None):
+    """Before any work, what needs the files: `out` can be a run folder, the model is whole and has
+    every variant's `hidden_layer`, both splits have prompts and `max_prompt_len` holds the longest;
+    else a ValueError naming the field."""
+    cfgs, n = [cfg, *(variants or {}).values()], model_layers(ex)
+    if bad := out_problem(ex.out):
+        raise ValueError(bad)
+    if ex.model and (bad := checkpoint_problem(ex.model)):
+        raise ValueError(f"`model` {ex.model}: {bad}")
+    for c in cfgs:  # hidden_states: the embeddings, then one entry per layer
+        if n is not None and not -n - 1 <= c.hidden_layer <= n:
+            raise ValueError(
+                f"`hidden_layer` {c.hidden_layer} does not exist: the model has {n} layers, so "
+                f"{n + 1} hidden_states ({-n - 1} .. {n})"
+            )
+    k = max(c.eval_prompts for c in cfgs)
+    train, held = experiment_items(ex, k)[:2]
+    if ex.model:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(ex.model, local_files_only=True)
+    else:
+        tok = char_tokenizer()
+    prompts = list(dict.fromkeys(it['prompt'] for it in train + held[:k]))  # all that are read
+    ids = tok(prompts, add_special_tokens=False)['input_ids']
+    longest = max(map(len, ids)) + (tok.bos_token_id is not None)  # as `encode_prompts` counts
+    for c in cfgs:
+        if c.max_prompt_len < longest:
+            raise ValueError(
+                f"`max_prompt_len` {c.max_prompt_len} cannot hold the prompts: the longest has "
+                f"{longest} tokens"
+            )
+
+
 def experiment_plan(ex: ExperimentConfig, cfg: TrainConfig, variants: dict | None = None) -> list:
     "(cfg, run folder, `resume_point`) of each run; ValueError before any work if one cannot go on."
+    check_start(ex, cfg, variants)
     out, jobs = Path(ex.out), experiment_jobs(ex, cfg, variants)
     if not ex.resume:
         held = [d.name for _, d in jobs if (d / 'metrics.jsonl').exists()]

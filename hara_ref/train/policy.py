@@ -109,12 +109,17 @@ def save_policy(model, tokenizer, path):  # folder to (re)write
 
 
 def checkpoint_problem(path) -> str | None:
-    "Why the `save_pretrained` folder `path` cannot be loaded (the file and the reason), or None."
+    """Why the `save_pretrained` folder `path` cannot be loaded (the file and the reason), or None:
+    config, weights and tokenizer are there, and every JSON file and weights header reads."""
     from safetensors import safe_open
 
     path = Path(path)
     if not (path / 'config.json').exists():
         return f"{path / 'config.json'} is missing"
+    if not [*path.glob('*.safetensors'), *path.glob('pytorch_model*.bin')]:
+        return f"{path / 'model.safetensors'} is missing (no weights)"
+    if not any((path / f).exists() for f in ('tokenizer.json', 'tokenizer.model', 'vocab.json')):
+        return f"{path / 'tokenizer.json'} is missing (no tokenizer)"
     for f in sorted(path.iterdir()):
         try:
             if f.suffix == '.json':

@@ -16,6 +16,7 @@ from hara_ref.rlvr.grpo import (
     overlong_penalty,
 )
 from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
+from ..hara.rollouts import field_errors
 from hara_ref.train.policy import (
     encode_prompts,
     pad_id,
@@ -25,8 +26,9 @@ from hara_ref.train.policy import (
 from .sft import builtin_items, rewards_of
 
 # %% auto #0
-__all__ = ['BASE_METHODS', 'ALLOCATIONS', 'LOSS_AGG', 'HOOK_HOME', 'rl_step_reference', 'TrainConfig', 'train_config_errors',
-           'credit_advantages', 'need_hook', 'needed_hooks', 'sample_prompts', 'rl_step', 'ppo_update']
+__all__ = ['BASE_METHODS', 'ALLOCATIONS', 'LOSS_AGG', 'TRAIN_RANGES', 'HOOK_HOME', 'rl_step_reference', 'TrainConfig',
+           'train_config_errors', 'credit_advantages', 'need_hook', 'needed_hooks', 'sample_prompts', 'rl_step',
+           'ppo_update']
 
 # %% ../../nbs/4_train/17_rl.ipynb #rlone002
 def rl_step_reference(
@@ -135,6 +137,23 @@ class TrainConfig:
             raise ValueError(msg)
 
 
+# counts and sizes, at least 1 (None: a default)
+_COUNTS = ('prompts_per_step', 'ppo_epochs', 'minibatches', 'eval_every', 'eval_prompts')
+_COUNTS += ('eval_samples', 'save_every', 'max_new_tokens', 'max_prompt_len', 'overlong_cache')
+_COUNTS += ('L_b', 'bary_iters', 'plan_iters')
+# the numeric knobs' ranges: `check_scalar`'s keywords (chapter 11_rollouts)
+TRAIN_RANGES = {
+    **dict.fromkeys(_COUNTS, dict(lo=1, integer=True)),
+    'steps': dict(lo=0, integer=True),
+    # hidden_layer: the model's layers bound it (chapter 19_experiment)
+    **dict.fromkeys(('seed', 'hidden_layer'), dict(integer=True)),
+    **dict.fromkeys(('lr', 'reg'), dict(lo=0, open_low=True)),
+    **dict.fromkeys(('clip_eps_high', 'beta', 'temperature'), dict(lo=0)),
+    'clip_eps_low': dict(lo=0, hi=1, open_high=True),
+    'alpha': dict(lo=0, hi=1),
+}
+
+
 def train_config_errors(cfg: TrainConfig) -> list:
     """What is wrong with `cfg`, one message per problem (a field is named in backticks, or by its
     name with an underscore)."""
@@ -157,23 +176,12 @@ def train_config_errors(cfg: TrainConfig) -> list:
         bad.append(f"group_size must be >= 2 (group advantages need two rollouts), got {G}")
     if cfg.first_wave and not 2 <= cfg.first_wave <= G:
         bad.append(f"first_wave must be in [2, group_size] (or 0), got {cfg.first_wave}")
-    if cfg.steps < 0:
-        bad.append(f"steps must be >= 0, got {cfg.steps}")
-    for k in (
-        'prompts_per_step',
-        'ppo_epochs',
-        'minibatches',
-        'eval_every',
-        'eval_prompts',
-        'eval_samples',
-        'save_every',
-        'max_new_tokens',
-        'L_b',
-    ):
-        if getattr(cfg, k) < 1:
-            bad.append(f"{k} must be positive, got {getattr(cfg, k)}")
-    if not 0 <= cfg.alpha <= 1 or cfg.reg <= 0 or not 0 <= cfg.temperature:
-        bad.append("need 0 <= alpha <= 1, reg > 0, temperature >= 0")
+    bad += field_errors(cfg, TRAIN_RANGES)
+    if not bad and cfg.minibatches > (n := cfg.prompts_per_step * G):
+        bad.append(
+            f"`minibatches` {cfg.minibatches} > the {n} rollouts of a step (prompts_per_step x "
+            "group_size): a minibatch needs a rollout"
+        )
     if cfg.metric not in ('fgw', 'w', 'gw', 'embed') or cfg.barycenter not in (
         'linearized',
         'exact',
