@@ -51,18 +51,21 @@ def np_trl_advantages(r, G, scale_rewards='group'):
 
 
 def np_verl_grpo(r, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True):
-    """verl compute_grpo_outcome_advantage: group of one -> mean 0, std 1."""
+    """verl compute_grpo_outcome_advantage: group of one -> mean 0, std 1, both float32 tensors
+    (`torch.tensor(0.0)`, `torch.tensor(1.0)`), so its std + epsilon is a float32 sum."""
     r = np.asarray(r, dtype=np.float64)
     out = r.copy()
     by = defaultdict(list)
     for i, g in enumerate(index):
         by[g].append(r[i])
     mean = {g: (0.0 if len(v) == 1 else np.mean(v)) for g, v in by.items()}
-    std = {g: (1.0 if len(v) == 1 else np.std(v, ddof=1)) for g, v in by.items()}
+    one = np.float32(1.0)
+    den = {
+        g: (one + np.float32(epsilon) if len(v) == 1 else np.std(v, ddof=1) + epsilon)
+        for g, v in by.items()
+    }
     for i, g in enumerate(index):
-        out[i] = (
-            (r[i] - mean[g]) / (std[g] + epsilon) if norm_adv_by_std_in_grpo else r[i] - mean[g]
-        )
+        out[i] = (r[i] - mean[g]) / den[g] if norm_adv_by_std_in_grpo else r[i] - mean[g]
     return out
 
 
@@ -83,8 +86,8 @@ def np_verl_rloo(r, index):
 def np_verl_policy_loss(
     old, logp, adv, mask, clip_low, clip_high, clip_ratio_c, agg, max_len=None, dual=True
 ):
-    """verl compute_policy_loss_vanilla + agg_loss (recent verl: seq-mean-token-sum-norm divides by
-    B * L)."""
+    """verl 0.9.1 compute_policy_loss_vanilla + agg_loss: the seq-mean modes average over the rows
+    with a token (`seq_mask`), and seq-mean-token-sum-norm divides that mean by L."""
     nak = np.clip(logp - old, -20, 20)
     ratio = np.exp(nak)
     l1 = -adv * ratio
@@ -96,14 +99,15 @@ def np_verl_policy_loss(
     else:
         pg = c1
     m = mask.astype(np.float64)
+    rows = (m.sum(-1) > 0).sum()  # verl's seq_mask: rows with a token
     if agg == 'token-mean':
         return (pg * m).sum() / m.sum()
     if agg == 'seq-mean-token-sum':
-        return (pg * m).sum(-1).mean()
+        return (pg * m).sum(-1).sum() / rows
     if agg == 'seq-mean-token-mean':
-        return ((pg * m).sum(-1) / np.maximum(m.sum(-1), 1)).mean()
+        return ((pg * m).sum(-1) / np.maximum(m.sum(-1), 1)).sum() / rows
     L = mask.shape[-1] if max_len is None else max_len
-    return ((pg * m).sum(-1) / L).sum() / mask.shape[0]
+    return (pg * m).sum(-1).sum() / rows / L
 
 
 def np_trl_loss(
@@ -301,7 +305,16 @@ def test_policy_loss_matches_verl_numpy(B, T, seed, agg, dual, max_len, per_toke
         old.numpy(), logp.numpy(), A.numpy(), mask.numpy(), 0.2, 0.28, 3.0, agg, max_len, dual
     )
     got, stats = ppo_clip_loss(
-        logp, old, adv, mask, 0.2, 0.28, dual_clip=3.0 if dual else None, agg=agg, max_len=max_len
+        logp,
+        old,
+        adv,
+        mask,
+        0.2,
+        0.28,
+        dual_clip=3.0 if dual else None,
+        agg=agg,
+        max_len=max_len,
+        empty_rows='skip',
     )
     assert got.item() == pytest.approx(want, rel=1e-10, abs=1e-12)
     assert 0.0 <= stats['clip_frac'] <= 1.0
@@ -666,3 +679,25 @@ def test_nan_at_padding_never_leaks():
     assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
     assert logp.grad[0, 1:].abs().sum() == 0
     assert all(math.isfinite(v) for v in stats.values())
+
+
+def test_verl_singleton_constants_are_float32():
+    "verl's group of one: (r - torch.tensor(0.0)) / (torch.tensor(1.0) + eps), float32 constants."
+    r, g = torch.tensor([2.0, 1.0, 0.0], dtype=f64), [7, 8, 8]
+    for eps in (1e-6, 1e-3):
+        den = float(torch.tensor(1.0, dtype=torch.float32) + eps)
+        assert verl_advantages(r, g, epsilon=eps)[0].item() == 2.0 / den != 2.0 / (1 + eps)
+    assert verl_advantages(r, g, norm_adv_by_std_in_grpo=False)[0].item() == 2.0  # no constant
+    assert verl_advantages(r, g, adv_estimator='rloo')[0].item() == 2.0
+
+
+def test_empty_rows_count_or_skip():
+    L = torch.tensor([[1.0, 2.0], [5.0, 5.0]], dtype=f64)
+    m = torch.tensor([[True, True], [False, False]])
+    assert aggregate_loss(L, m, 'seq-mean-token-mean').item() == 0.75
+    assert aggregate_loss(L, m, 'seq-mean-token-mean', empty_rows='skip').item() == 1.5
+    assert aggregate_loss(L, m, 'seq-mean-token-sum', empty_rows='skip').item() == 3.0
+    assert aggregate_loss(L, m, 'seq-mean-token-sum-norm', empty_rows='skip').item() == 1.5
+    assert aggregate_loss(L, m, 'token-mean', empty_rows='skip').item() == 1.5
+    with pytest.raises(ValueError, match="empty_rows must be 'count' or 'skip', got 'drop'"):
+        aggregate_loss(L, m, empty_rows='drop')

@@ -2,6 +2,7 @@
 broken implementation fails with a short shrunk case that pastes into a test, and the committed
 vectors are the oracle's own regression suite."""
 
+import importlib.util
 import json
 import os
 import re
@@ -10,26 +11,30 @@ import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from hara_ref.testing import (
     QUANTITIES,
     assert_conforms,
+    keyword_options,
     upcast,
     _plans_oracle,
     _novelty_oracle,
     _bary_oracle,
 )
-from hara_ref.testing.strategies import build_case, case_flags
+from hara_ref.testing.strategies import DTYPES, build_case, case_flags, case_specs
 import hara_ref
 from hara_ref.testing.vectors import check_cli, check_parser, check_vectors, read_vectors
 from hara_ref.testing.vectors import write_vectors
-from hara_ref.rlvr.grpo import group_advantages, ppo_clip_loss, k3_kl
+from hara_ref.rlvr.grpo import AGG_MODES, group_advantages, ppo_clip_loss, k3_kl
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.ot.fgw_barycenter import sq_dists
+from hara_ref.hara.novelty import hara_novelty
 from hara_ref.hara.weights import hara_weights, hara_advantages
 from hara_ref.practice.cli import main
 
@@ -159,7 +164,7 @@ def test_a_crash_is_a_failure_and_bad_calls_are_named():
 
 
 def test_flags_name_the_edges():
-    c = build_case('tokens', dict(lengths=[0, 3, 5], T=5, holes=True, dtype='float64', seed=2))
+    c = build_case('tokens', dict(lengths=[0, 3, 5], T=5, holes=True, dtype='float64', seed=4))
     assert {'empty-row', 'mask-hole', 'ragged', 'padded'} <= set(case_flags(c))
     c = build_case(
         'labels', dict(sizes=[1, 3], kind='equal', shuffle=True, dtype='bfloat16', seed=0)
@@ -201,9 +206,9 @@ def test_the_oracle_passes_its_vectors(name):
 
 def test_vectors_catch_a_convention():
     assert check_vectors(lambda r, g: group_advantages(r, g, 'rloo'), 'grpo_advantages', VECTORS,
-                         convention='rloo') == 4  # fmt: skip
+                         convention='rloo') == 7  # fmt: skip
     with pytest.raises(
-        AssertionError, match=r'of 4 grpo_advantages vectors of hara_ref [\d.]+ fail'
+        AssertionError, match=r'of 7 grpo_advantages vectors of hara_ref [\d.]+ fail'
     ):
         check_vectors(lambda r, g: group_advantages(r, g), 'grpo_advantages', VECTORS,
                       convention='trl')  # fmt: skip
@@ -273,7 +278,7 @@ TAMPER = {
     ),
     'case-removed': (
         _edit_index(lambda i: i['cases'].pop(5)),
-        r'the case list in .* was edited \(57 cases\): cases were added, removed or renamed',
+        r'the case list in .* was edited \(125 cases\): cases were added, removed or renamed',
     ),
     'version': (
         _edit_index(lambda i: i.update(version='9.9.9')),
@@ -319,7 +324,7 @@ def test_vectors_never_mix_two_sets(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
     # the same set again replaces it, and is still sealed
     write_vectors(tmp_path, ['hara_weights', 'k3_kl'])
-    assert check_vectors(k3_kl, 'k3_kl', tmp_path) == 4
+    assert check_vectors(k3_kl, 'k3_kl', tmp_path) == 6
     (tmp_path / 'notes.txt').write_text('x')
     with pytest.raises(ValueError, match='holds files of no vector set: notes.txt'):
         write_vectors(tmp_path, ['hara_weights', 'k3_kl'])
@@ -370,9 +375,9 @@ def test_a_hang_is_a_failure_that_names_the_case():
     with pytest.raises(AssertionError) as e:
         check_vectors(hangs, 'k3_kl', VECTORS, timeout=0.3)
     lines = str(e.value).splitlines()
-    assert lines[0].startswith('4 of 4 k3_kl vectors of hara_ref')
+    assert lines[0].startswith('6 of 6 k3_kl vectors of hara_ref')
     assert lines[1].startswith('[k3_kl-00] k3_kl(clamp=False) does not conform: fn did not return')
-    assert sum('not run: a case before it timed out' in x for x in lines) == 3
+    assert sum('not run: a case before it timed out' in x for x in lines) == 5
 
 
 def test_limits_are_checked():
@@ -450,11 +455,21 @@ USAGE = {
     'rtol-nan': (K3 + ['--rtol', 'nan'], '--rtol must be a finite real number >= 0, got nan'),
     'timeout-0': (K3 + ['--timeout', '0'], '--timeout must be a finite real number > 0, got 0.0'),
     'equal-groups': (K3 + ['--equal-groups'], '--equal-groups does not apply to k3_kl'),
+    'layout': (K3 + ['--layout', 'trl'], '--layout does not apply to k3_kl'),
+    'bad-layout': (K3 + ['--layout', 'verl'], "argument --layout: invalid choice: 'verl'"),
     'no-vectors-folder': (K3 + ['--vectors', 'missing'], 'vectors folder missing does not exist'),
     'not-a-set': (K3 + ['--vectors', '.'], r'\. holds no vector set: it has no index\.json'),
     'no-vectors-for-options': (
-        K3 + ['--option', 'clamp=true', '--vectors', str(VECTORS)],
-        r"no k3_kl vectors with options \{'clamp': True\}",
+        [
+            'good:k3',
+            '--quantity',
+            'hara_weights',
+            '--option',
+            'kappa=0.5',
+            '--vectors',
+            str(VECTORS),
+        ],
+        r"no hara_weights vectors with options \{'kappa': 0\.5",
     ),
 }
 
@@ -484,7 +499,11 @@ def test_check_help_lists_quantities_options_and_conventions():
     for line in [
         "'grpo': method='grpo', eps=1e-06 (δ, added to the std), singleton='zero' (a group of one)",
         "'trl': method='grpo', eps=0.0001 (δ, added to the std), singleton='zero' (a group of one)",
-        "'verl': method='grpo', eps=1e-06 (δ, added to the std), singleton='verl' (a group of one)",
+        "'verl': method='grpo', eps=1e-06 (δ, added to the std), singleton='verl' (a group of one: "
+        'mean 0, std 1, float32 constants: 1 + δ in float32)',
+        "'trl_batch': method='grpo', eps=0.0001 (δ, added to the std), scale='batch' (the std: the "
+        "group's, or the batch's), singleton='zero' (a group of one)",
+        "empty_rows: one of 'count', 'skip'",
         "agg: one of 'token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', ",
     ]:
         assert line in text, line
@@ -524,7 +543,7 @@ def test_check_imports_from_the_current_directory_and_names_the_convention(tmp_p
     assert "convention='grpo' means method='grpo', eps=1e-06 (δ, added to the std)" in r.stdout
     r = _hara_ref(tmp_path, *argv, '--option', 'convention=trl', '--vectors', str(VECTORS))
     assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip().endswith(f"4 vectors of hara_ref {hara_ref.__version__}")
+    assert r.stdout.strip().endswith(f"7 vectors of hara_ref {hara_ref.__version__}")
     (tmp_path / 'mypkg' / 'adv.py').write_text('def grpo_advantages(:\n')
     r = _hara_ref(tmp_path, *argv)
     assert r.returncode == 2 and r.stdout == '' and r.stderr.count('\n') == 1, r.stderr
@@ -538,3 +557,363 @@ def test_check_times_out_a_busy_function(tmp_path):
     assert r.returncode == 1, r.stderr
     assert 'k3_kl(clamp=False) does not conform: fn did not return within 1 s (timeout)' in r.stdout
     assert 'logp = torch.tensor(' in r.stdout
+
+
+# ---------------------------------------------------------------- edge families
+# Each broken implementation below passes the cases drawn before the edge families
+# (`cases=dict(edges=False)`, the same specs as before) and fails with them. Checked by hand on the
+# commit before the edge families (3fd73bf): `assert_conforms` at its defaults (200 cases, seed 0)
+# passed every one of them (label_order_blocks also at seeds 1 and 2).
+
+
+def index_by_id(r, g):
+    "GRPO with each group's statistics stored at index `id` (bincount-style): needs ids >= 0."
+    n = int(g.max()) + 1
+    r = r.double()
+    cnt = torch.zeros(n, dtype=r.dtype).index_add_(0, g, torch.ones_like(r))
+    mean = torch.zeros(n, dtype=r.dtype).index_add_(0, g, r) / cnt.clamp(min=1)
+    dev = r - mean[g]
+    var = torch.zeros(n, dtype=r.dtype).index_add_(0, g, dev * dev) / (cnt - 1).clamp(min=1)
+    return torch.where(cnt[g] > 1, dev / (var.sqrt()[g] + 1e-6), 0.0)
+
+
+def id_zero_is_padding(r, g):
+    "GRPO where group id 0 marks padding rows (advantage 0)."
+    return torch.where(g != 0, group_advantages(r, g), 0.0)
+
+
+def label_order_blocks(r, g):
+    """GRPO with a fast path for contiguous groups of one size: block k of r.view(P, G) gets the
+    statistics of the k-th smallest id, right only when the blocks come in id order."""
+    uniq, cnt = torch.unique(g, return_counts=True)
+    P, G = len(uniq), len(r) // len(uniq)
+    contiguous = int((g[1:] != g[:-1]).sum()) + 1 == P
+    if not (contiguous and bool((cnt == G).all()) and G > 1):
+        return group_advantages(r, g)
+    r = r.double()
+    mean = torch.stack([r[g == u].mean() for u in uniq])  # (P,) in id order
+    std = torch.stack([r[g == u].std() for u in uniq])  # (P,)
+    return ((r.view(P, G) - mean[:, None]) / (std[:, None] + 1e-6)).flatten()
+
+
+def zero_as_positive(x, A):
+    "The weight map with A = 0 treated as positive."
+    s = torch.where(A >= 0, 1.0, -1.0).to(x.dtype)[:, None]
+    return (1 + s * (x - 1)).clamp(0.5, 2.0)
+
+
+def zero_x_is_padding(x, A):
+    "x = 0 read as padding: weight 1 (the oracle's weight there is at the clip, 0.5 or 2)."
+    return torch.where(x == 0, torch.ones_like(x), hara_weights(x, A))
+
+
+def clip_15(x, A):
+    "The weight map clipped at 1.5."
+    return hara_weights(x, A, w_max=1.5)
+
+
+# quantity, broken implementation, options, the flag of the family that catches it
+EDGE_BROKEN = [
+    ('grpo_advantages', index_by_id, {}, 'negative-ids'),
+    ('grpo_advantages', id_zero_is_padding, {}, 'id-0'),
+    ('grpo_advantages', label_order_blocks, {}, 'unsorted-ids'),
+    ('hara_weights', zero_as_positive, {}, 'zero-advantage'),
+    ('hara_weights', zero_x_is_padding, {}, 'weight-at-clip'),
+    ('k3_kl', lambda lp, ref: k3_kl(lp, ref, clamp=True), {}, 'k3-clamped'),
+    ('k3_kl', lambda lp, ref: k3_kl(lp, ref), dict(clamp=True), 'k3-clamped'),
+]
+
+
+@pytest.mark.parametrize(
+    'name, fn, opts, flag',
+    EDGE_BROKEN,
+    ids=[f'{b[0]}-{b[3]}-{i}' for i, b in enumerate(EDGE_BROKEN)],
+)
+def test_each_edge_family_catches_what_the_cases_before_it_miss(name, fn, opts, flag):
+    assert_conforms(fn, name, cases=dict(edges=False), **opts)  # missed without the edge families
+    with pytest.raises(AssertionError) as e:
+        assert_conforms(fn, name, **opts)
+    flags = next(x for x in str(e.value).splitlines() if x.startswith('flags: '))
+    assert flag in flags.split(': ')[1].split(', '), flags
+
+
+def test_committed_vectors_catch_the_edge_bugs():
+    "A clip of 1.5, A = 0 as positive, and each edge family's bug fail the committed vectors."
+    index = read_vectors(VECTORS)
+    flags = {c['id']: c['flags'] for c in index['cases']}
+    clip_15_e2e = lambda h, m, r, g: hara_advantages(h, m, r, g, w_max=1.5)[0]  # noqa: E731
+    for name, fn, opts, flag in EDGE_BROKEN + [
+        ('hara_weights', clip_15, {}, 'weight-at-clip'),
+        ('hara_advantages', clip_15_e2e, {}, 'negative-ids'),
+    ]:
+        with pytest.raises(AssertionError) as e:
+            check_vectors(fn, name, VECTORS, **opts)
+        failed = re.findall(r'^\[([\w-]+)\]', str(e.value), re.M)
+        assert failed and any(flag in flags[c] for c in failed), (fn, failed)
+
+
+# ---------------------------------------------------------------- restrictions mean what they say
+
+
+def test_case_restrictions_are_kept_or_refused_by_name():
+    from hypothesis import given, settings
+
+    @settings(max_examples=60, database=None, deadline=None)
+    @given(
+        case_specs('tokens', min_len=1),
+        case_specs('batch', min_len=2),
+        case_specs('labels', layout='trl'),
+        case_specs('batch', layout='trl'),
+    )
+    def kept(tokens, batch, labels, trl_batch):
+        assert build_case('tokens', tokens)['mask'].any(-1).all()  # no empty row, holes or not
+        assert (build_case('batch', batch)['mask'].sum(-1) >= 2).all()
+        for fam, spec in (('labels', labels), ('batch', trl_batch)):
+            ids = build_case(fam, spec)['group_ids']
+            G, P = spec['sizes'][0], len(spec['sizes'])
+            assert G >= 2 and torch.equal(ids, torch.arange(P).repeat_interleave(G))
+
+    kept()
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"dtypes must be a non-empty tuple of {tuple(DTYPES)}, got ('float16',)"),
+    ):
+        assert_conforms(k3_kl, 'k3_kl', cases=dict(dtypes=('float16',)))
+    with pytest.raises(TypeError, match="tokens cases have no restriction 'layout'"):
+        assert_conforms(k3_kl, 'k3_kl', cases=dict(layout='trl'))
+    for restrict, msg in [
+        (dict(layout='verl'), "layout must be one of ('any', 'trl'), got 'verl'"),
+        (dict(dtypes='float32'), "got 'float32'"),
+        (dict(equal_groups=1), 'equal_groups must be True or False, got 1'),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            case_specs('labels', **restrict)
+    with pytest.raises(ValueError, match=re.escape('min_len must be an integer in [0, 6], got 7')):
+        case_specs('tokens', min_len=7)
+
+
+def trl_layout_grpo(rewards, group_ids):
+    "GRPO on TRL's layout: rewards.view(-1, G), G the size of the first group, δ = 1e-4."
+    G = int((group_ids == group_ids[0]).sum())
+    grouped = rewards.double().view(-1, G)  # (P, G)
+    std = grouped.std(1) if G > 1 else torch.zeros(len(grouped), dtype=torch.float64)
+    return ((grouped - grouped.mean(1, keepdim=True)) / (std[:, None] + 1e-4)).flatten()
+
+
+def test_trl_layout_needs_no_adapter(capsys):
+    assert_conforms(trl_layout_grpo, 'grpo_advantages', cases=dict(layout='trl'), convention='trl')
+    with pytest.raises(AssertionError):
+        assert_conforms(trl_layout_grpo, 'grpo_advantages', convention='trl')
+    argv = ['check', 'tests.test_testing:trl_layout_grpo', '--quantity', 'grpo_advantages']
+    assert main(argv + ['--option', 'convention=trl', '--layout', 'trl']) == 0
+    assert 'PASS' in capsys.readouterr().out
+
+
+def test_trl_own_code_conforms_to_its_conventions():
+    "TRL's lines, unchanged: 'group' conforms to 'trl', 'batch' to 'trl_batch' (float32, bf16)."
+    pytest.importorskip('trl')
+    from hara_ref.testing.vectors import trl_source_advantages
+
+    low = dict(dtypes=('float32', 'bfloat16'))
+    for layout in (dict(layout='trl'), dict(equal_groups=True)):
+        cases = layout | low
+        assert_conforms(trl_source_advantages(), 'grpo_advantages', cases=cases, convention='trl')
+        batch = trl_source_advantages('batch')
+        assert_conforms(batch, 'grpo_advantages', cases=cases, convention='trl_batch')
+        with pytest.raises(AssertionError, match="convention='trl' means"):
+            assert_conforms(
+                batch, 'grpo_advantages', cases=cases, convention='trl', max_examples=50
+            )
+
+
+# ---------------------------------------------------------------- every option of the oracle
+
+
+def test_hara_advantages_takes_every_option_of_the_oracle():
+    opts = set(QUANTITIES['hara_advantages'].options)
+    want = set(keyword_options(hara_advantages)) - {'advantages', 'boundaries'}
+    want |= set(keyword_options(hara_novelty)) - {'keep', 'checked', 'compute_dtype'}
+    assert (
+        opts == want and {'kappa', 'L_b', 'alpha', 'reg', 'w_max', 'reference', 'span_len'} <= opts
+    )
+    kw = dict(kappa=0.5, L_b=8, alpha=0.5, reg=0.1, w_max=1.5, reference='barycenter')
+
+    def mine(h, m, r, g):
+        return hara_advantages(h, m, r, g, **kw)[0]
+
+    assert_conforms(mine, 'hara_advantages', max_examples=3, **kw)
+    with pytest.raises(AssertionError, match=r'hara_advantages\(.*kappa=1\.0'):
+        assert_conforms(mine, 'hara_advantages', max_examples=3)
+    span = dict(granularity='span', span_len=2)
+    assert_conforms(
+        lambda h, m, r, g: hara_advantages(h, m, r, g, **span)[0],
+        'hara_advantages',
+        max_examples=2,
+        **span,
+    )
+    with pytest.raises(ValueError, match=r"granularity must be one of \('seq', 'tok', 'span'\)"):
+        assert_conforms(mine, 'hara_advantages', granularity='token')
+
+
+# ---------------------------------------------------------------- verl's own code
+# verl 0.9.1, verl/trainer/ppo/core_algos.py (Apache-2.0): compute_grpo_outcome_advantage, agg_loss
+# and compute_policy_loss_vanilla, and masked_sum from verl/utils/torch_functional.py, transcribed:
+# the code lines as verl has them (formatted by ruff); docstrings, decorators, type hints and long
+# comments left out. test_verl_own_code_read_from_the_installed_verl runs verl's files themselves.
+
+
+def verl_compute_grpo_outcome_advantage(
+    token_level_rewards,
+    response_mask,
+    index,
+    epsilon=1e-6,
+    norm_adv_by_std_in_grpo=True,
+    config=None,
+):
+    scores = token_level_rewards.sum(dim=-1)
+
+    id2score = defaultdict(list)
+    id2mean = {}
+    id2std = {}
+
+    with torch.no_grad():
+        bsz = scores.shape[0]
+        for i in range(bsz):
+            id2score[index[i]].append(scores[i])
+        for idx in id2score:
+            if len(id2score[idx]) == 1:
+                id2mean[idx] = torch.tensor(0.0)
+                id2std[idx] = torch.tensor(1.0)
+            elif len(id2score[idx]) > 1:
+                scores_tensor = torch.stack(id2score[idx])
+                id2mean[idx] = torch.mean(scores_tensor)
+                id2std[idx] = torch.std(scores_tensor)
+            else:
+                raise ValueError(f"no score in prompt index: {idx}")
+        for i in range(bsz):
+            if norm_adv_by_std_in_grpo:
+                scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
+            else:
+                scores[i] = scores[i] - id2mean[index[i]]
+        scores = scores.unsqueeze(-1) * response_mask
+
+    return scores, scores
+
+
+def verl_masked_sum(values, mask, axis=None):
+    valid_values = torch.where(mask.bool(), values, 0.0)
+    return (valid_values * mask).sum(axis=axis)
+
+
+def verl_agg_loss(
+    loss_mat,
+    loss_mask,
+    loss_agg_mode,
+    dp_size=1,
+    batch_num_tokens=None,
+    global_batch_size=None,
+    loss_scale_factor=None,
+):
+    if loss_agg_mode == "token-mean":
+        if batch_num_tokens is None:
+            if dp_size > 1:
+                raise ValueError("(global) batch_num_tokens is required when dp_size > 1")
+            batch_num_tokens = loss_mask.sum()
+        loss = verl_masked_sum(loss_mat, loss_mask) / batch_num_tokens * dp_size
+    elif loss_agg_mode == "token-sum":
+        loss = verl_masked_sum(loss_mat, loss_mask) * dp_size
+    elif loss_agg_mode in ["seq-mean-token-sum", "seq-mean-token-sum-norm"]:
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)  # token-sum
+        seq_mask = (torch.sum(loss_mask, dim=-1) > 0).float()  # exclude fully masked sequences
+        if global_batch_size is None:
+            if dp_size > 1:
+                raise ValueError("global_batch_size is required when dp_size > 1")
+            global_batch_size = seq_mask.sum()
+        loss = verl_masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
+        if loss_agg_mode == "seq-mean-token-sum-norm":
+            if loss_scale_factor is None:
+                horizon = loss_mask.shape[-1]
+                loss_scale_factor = horizon
+            loss /= loss_scale_factor
+    elif loss_agg_mode == "seq-mean-token-mean":
+        seq_mask = torch.sum(loss_mask, dim=-1)  # per-sequence token count
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)  # token-mean
+        seq_mask = (seq_mask > 0).float()  # exclude fully masked sequences
+        if global_batch_size is None:
+            if dp_size > 1:
+                raise ValueError("global_batch_size is required when dp_size > 1")
+            global_batch_size = seq_mask.sum()
+        loss = verl_masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
+    else:
+        raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode}")
+
+    return loss
+
+
+def verl_policy_loss_vanilla(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, clip_ratio, clip_ratio_c, info
+):
+    "compute_policy_loss_vanilla's loss (config's fields as arguments; metrics left out)."
+    cliprange_low = clip_ratio
+    cliprange_high = clip_ratio
+    negative_approx_kl = log_prob - old_log_prob
+    negative_approx_kl = torch.clamp(negative_approx_kl, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
+    clip_pg_losses1 = torch.maximum(pg_losses1, pg_losses2)
+    pg_losses3 = -advantages * clip_ratio_c
+    clip_pg_losses2 = torch.min(pg_losses3, clip_pg_losses1)
+    pg_losses = torch.where(advantages < 0, clip_pg_losses2, clip_pg_losses1)
+    return verl_agg_loss(
+        loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **info
+    )
+
+
+def verl_grpo(rewards, group_ids):
+    "verl's advantages as the kit calls them: one token per response, verl's numpy `index`."
+    r = torch.as_tensor(rewards)
+    one = torch.ones(len(r), 1, dtype=r.dtype)
+    return verl_compute_grpo_outcome_advantage(r[:, None].clone(), one, np.asarray(group_ids))[0][
+        :, 0
+    ]
+
+
+def verl_loss(agg, as_trainer):
+    "verl's loss as the kit calls it; `as_trainer`: global_batch_size = B, as verl's trainer."
+
+    def fn(logp, old_logp, advantages, mask):
+        info = dict(global_batch_size=len(mask)) if as_trainer else {}
+        A = advantages[:, None] * mask
+        return verl_policy_loss_vanilla(old_logp, logp, A, mask.bool(), agg, 0.2, 3.0, info)
+
+    return fn
+
+
+def test_verl_transcribed_conforms_to_its_conventions():
+    "verl's singleton constants are float32: 'verl' takes them, its 1 + δ rounded to float32."
+    assert_conforms(verl_grpo, 'grpo_advantages', convention='verl')
+    one = verl_grpo(torch.tensor([1.0], dtype=torch.float64), torch.tensor([5]))
+    assert one.item() == 1 / float(torch.tensor(1.0) + 1e-6) != 1 / (1 + 1e-6)
+    for agg in AGG_MODES:
+        kw = dict(agg=agg, dual_clip=3.0, max_examples=40)
+        assert_conforms(verl_loss(agg, False), 'ppo_clip_loss', empty_rows='skip', **kw)
+        assert_conforms(verl_loss(agg, True), 'ppo_clip_loss', empty_rows='count', **kw)
+        if agg != 'token-mean':  # an empty row tells the two apart
+            with pytest.raises(AssertionError, match='empty-row'):
+                assert_conforms(verl_loss(agg, False), 'ppo_clip_loss', **kw)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec('verl') is None,
+    reason='verl is not installed (pip install --no-deps verl)',
+)
+def test_verl_own_code_read_from_the_installed_verl():
+    "verl's own files, run unchanged (verl_source): the same conventions as the transcription."
+    from hara_ref.testing.vectors import verl_source_advantages, verl_source_loss
+
+    assert_conforms(verl_source_advantages(), 'grpo_advantages', convention='verl')
+    for agg in AGG_MODES:
+        kw = dict(agg=agg, dual_clip=3.0, max_examples=40)
+        assert_conforms(verl_source_loss(agg), 'ppo_clip_loss', empty_rows='skip', **kw)
+        assert_conforms(verl_source_loss(agg, as_trainer=True), 'ppo_clip_loss', **kw)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 
 # %% auto #0
-__all__ = ['AGG_MODES', 'masked_mean', 'group_index', 'group_stats', 'group_advantages', 'trl_advantages', 'verl_advantages',
-           'base_advantages', 'token_advantages', 'k3_kl', 'aggregate_loss', 'ppo_clip_loss', 'dynamic_sampling_mask',
-           'overlong_penalty']
+__all__ = ['AGG_MODES', 'masked_mean', 'group_index', 'group_stats', 'verl_singleton_den', 'group_advantages', 'trl_advantages',
+           'verl_advantages', 'base_advantages', 'token_advantages', 'k3_kl', 'aggregate_loss', 'ppo_clip_loss',
+           'dynamic_sampling_mask', 'overlong_penalty']
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #c4c3e2f8
 def masked_mean(
@@ -79,6 +79,11 @@ def group_stats(
     return mean[idx], var.sqrt()[idx], cnt[idx]
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #194707a1
+def verl_singleton_den(eps: float) -> float:
+    "std + δ of a group of one in verl: its std is float32 `torch.tensor(1.0)`: 1 + δ in float32."
+    return float(torch.tensor(1.0, dtype=torch.float32) + eps)
+
+
 def group_advantages(
     rewards,  # (B,) rewards, finite
     group_ids,  # (B,) group of each rollout: int tensor or list of hashable ids
@@ -114,6 +119,10 @@ def group_advantages(
         std = r.std() if r.numel() > 1 else torch.zeros_like(r[0])
     # (B,) std_q + delta; NaN (group of one, 'zero') -> delta
     den = torch.nan_to_num(std, nan=0.0) + eps
+    if (
+        singleton == 'verl' and scale == 'group'
+    ):  # verl's std 1 is a float32 tensor: 1 + δ in float32
+        den = torch.where(one, verl_singleton_den(eps), den)
     # (r_i - mean_q) / (std_q + delta); a group with no spread gets 0 even when delta = 0
     return torch.where(den > 0, (r - mean) / torch.where(den > 0, den, 1.0), 0.0)
 
@@ -214,6 +223,9 @@ def aggregate_loss(
     mask: torch.Tensor,  # (B, T) response mask, bool or 0/1
     agg: str = 'seq-mean-token-mean',  # one of AGG_MODES
     max_len: int | None = None,  # L_max for 'seq-mean-token-sum-norm' (default T)
+    # rows with an empty mask in the seq-mean modes: 'count' (B counts them, loss 0: TRL, verl's
+    # trainer) | 'skip' (B counts the non-empty rows: verl's agg_loss without global_batch_size)
+    empty_rows: str = 'count',
 ) -> torch.Tensor:  # scalar
     """Reduce a (B, T) token-loss matrix to a scalar with one of the four normalisers of the table
     above."""
@@ -224,17 +236,20 @@ def aggregate_loss(
         )
     if agg not in AGG_MODES:
         raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
+    if empty_rows not in ('count', 'skip'):
+        raise ValueError(f"empty_rows must be 'count' or 'skip', got {empty_rows!r}")
     m = mask.bool()
     if not m.any():
         raise ValueError("mask is empty: no response token to average")
-    B, T = loss_mat.shape
+    T = loss_mat.shape[1]
+    B = loss_mat.shape[0] if empty_rows == 'count' else int(m.any(-1).sum())  # rows averaged over
     tok_sum = torch.where(m, loss_mat, torch.zeros_like(loss_mat)).sum(-1)  # (B,) sum_t m l
     if agg == 'token-mean':
         return tok_sum.sum() / m.sum()
     if agg == 'seq-mean-token-mean':
-        return (tok_sum / m.sum(-1).clamp(min=1)).mean()
+        return (tok_sum / m.sum(-1).clamp(min=1)).sum() / B  # an empty row adds 0
     if agg == 'seq-mean-token-sum':
-        return tok_sum.mean()
+        return tok_sum.sum() / B
     L = T if max_len is None else max_len
     if L <= 0:
         raise ValueError(f"max_len must be positive, got {max_len}")
@@ -284,6 +299,7 @@ def ppo_clip_loss(
     kl_bias_correction: bool = False,
     agg: str = 'seq-mean-token-mean',  # aggregation, see AGG_MODES
     max_len: int | None = None,  # L_max for 'seq-mean-token-sum-norm'
+    empty_rows: str = 'count',  # empty rows in seq-mean modes: 'count' | 'skip' (aggregate_loss)
 ) -> tuple[torch.Tensor, dict]:  # (scalar loss, statistics)
     """Eq. (8): PPO-clip token loss (asymmetric clip, optional dual clip, optional k3 KL),
     aggregated by `agg`."""
@@ -306,7 +322,7 @@ def ppo_clip_loss(
     # (B, T) rho k3 or k3
     kl = (k3_kl(lp, ref) * (ratio if kl_bias_correction else 1)) if ref is not None else None
     loss_mat = pg + beta * kl if beta > 0 else pg
-    loss = aggregate_loss(loss_mat, m, agg, max_len)
+    loss = aggregate_loss(loss_mat, m, agg, max_len, empty_rows)
     with torch.no_grad():
         mm = lambda t: masked_mean(t.to(lp.dtype), m).item()
         hi, lo = (A > 0) & (ratio > 1 + clip_eps_high), (A < 0) & (ratio < 1 - clip_eps_low)
@@ -317,7 +333,7 @@ def ppo_clip_loss(
             dual_clip_frac=mm((A < 0) & (ratio > dual_clip)) if dual_clip is not None else 0.0,
             ratio_mean=mm(ratio),
             approx_kl=mm(old - lp),
-            pg_loss=aggregate_loss(pg, m, agg, max_len).item(),
+            pg_loss=aggregate_loss(pg, m, agg, max_len, empty_rows).item(),
         )
         if kl is not None:
             stats['kl'] = mm(kl)

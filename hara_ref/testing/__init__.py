@@ -5,6 +5,7 @@
 # %% ../../nbs/5_practice/22_conformance.ipynb #f6c1afa7
 from __future__ import annotations
 import dataclasses
+import inspect
 import json
 import math
 import threading
@@ -26,12 +27,14 @@ from ..ot.lfgw import lifted_cost, chain_tau_bar, barycenter_update
 from ..appendix.newton import semidual_newton
 from ..appendix.barycenters import group_barycenters
 from ..hara.rollouts import check_scalar
+from ..hara.novelty import hara_novelty
 from ..hara.weights import hara_weights, hara_advantages
 
 # %% auto #0
-__all__ = ['GRPO_CONVENTIONS', 'CONSTANT_NAMES', 'QUANTITIES', 'Quantity', 'constants_text', 'barycenter_map', 'get_quantity',
-           'quantity_options', 'convention_lines', 'upcast', 'tolerance', 'compare', 'tensor_literal', 'report',
-           'CaseTimeout', 'call_limited', 'Watched', 'check_inputs', 'check_case', 'check_limits', 'assert_conforms']
+__all__ = ['GRPO_CONVENTIONS', 'CONSTANT_NAMES', 'HARA_OPTIONS', 'QUANTITIES', 'Quantity', 'constants_text', 'barycenter_map',
+           'keyword_options', 'get_quantity', 'quantity_options', 'convention_lines', 'upcast', 'tolerance', 'compare',
+           'tensor_literal', 'report', 'CaseTimeout', 'call_limited', 'Watched', 'check_inputs', 'check_case',
+           'check_limits', 'assert_conforms']
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #696378a4
 @dataclasses.dataclass
@@ -63,11 +66,17 @@ GRPO_CONVENTIONS = {
     'dr_grpo': dict(method='drgrpo', singleton='zero'),
     'rloo': dict(method='rloo', singleton='zero'),
     'trl': dict(method='grpo', eps=1e-4, singleton='zero'),
+    'trl_batch': dict(method='grpo', eps=1e-4, scale='batch', singleton='zero'),
     'verl': dict(method='grpo', eps=1e-6, singleton='verl'),
     'verl_rloo': dict(method='rloo', singleton='verl'),
 }
-# what a constant is, where its keyword does not say it
-CONSTANT_NAMES = {'eps': 'δ, added to the std', 'singleton': 'a group of one'}
+# what a constant is, where its keyword does not say it (a (keyword, value) pair: that value)
+CONSTANT_NAMES = {
+    'eps': 'δ, added to the std',
+    'scale': "the std: the group's, or the batch's",
+    'singleton': 'a group of one',
+    ('singleton', 'verl'): 'a group of one: mean 0, std 1, float32 constants: 1 + δ in float32',
+}
 
 
 def _grpo_oracle(x: dict, convention: str = 'grpo') -> torch.Tensor:
@@ -77,18 +86,33 @@ def _grpo_oracle(x: dict, convention: str = 'grpo') -> torch.Tensor:
 
 def constants_text(constants: dict) -> str:
     "`eps=0.0001 (δ, added to the std), ...`: a convention's constants, each named."
+    names = {k: CONSTANT_NAMES.get((k, v), CONSTANT_NAMES.get(k)) for k, v in constants.items()}
     return ', '.join(
-        f"{k}={v!r}" + (f" ({CONSTANT_NAMES[k]})" if k in CONSTANT_NAMES else '')
-        for k, v in constants.items()
+        f"{k}={v!r}" + (f" ({names[k]})" if names[k] else '') for k, v in constants.items()
     )
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #d0b9a86d
-def _ppo_oracle(x: dict, agg='seq-mean-token-mean', clip_eps_low=0.2, clip_eps_high=0.2):
+def _ppo_oracle(
+    x: dict,
+    agg='seq-mean-token-mean',
+    clip_eps_low=0.2,
+    clip_eps_high=0.2,
+    dual_clip=None,
+    empty_rows='count',
+):
     "The PPO-clip loss, a 0-d tensor."
     if agg not in AGG_MODES:
         raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
     loss, _ = ppo_clip_loss(
-        x['logp'], x['old_logp'], x['advantages'], x['mask'], clip_eps_low, clip_eps_high, agg=agg
+        x['logp'],
+        x['old_logp'],
+        x['advantages'],
+        x['mask'],
+        clip_eps_low,
+        clip_eps_high,
+        dual_clip=dual_clip,
+        agg=agg,
+        empty_rows=empty_rows,
     )
     return loss.detach()
 
@@ -102,11 +126,11 @@ def _ppo_scale(x: dict, expected, opts) -> float:
 
 
 def _k3_scale(x: dict, expected, opts) -> float:
-    "e^u - u - 1 moves by (e^u - 1) times the rounding of u = ref_logp - logp."
+    """e^u - u - 1 moves by (e^u - 1) times the rounding of u = ref_logp - logp; clamped, k3 moves
+    only below 10, where |e^u - 1| < 14."""
     u = x['ref_logp'] - x['logp']
-    return float(
-        (1 + u.abs().max()).exp() * (1 + x['logp'].abs().max() + x['ref_logp'].abs().max())
-    )
+    sens = 14.0 if opts.get('clamp') else (1 + u.abs().max()).exp()
+    return float(sens * (1 + x['logp'].abs().max() + x['ref_logp'].abs().max()))
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #981ba9f7
 def _chain_cost(x: dict, alpha: float) -> tuple:
@@ -191,6 +215,21 @@ def _bary_certify(x: dict, got, expected, opts, atol: float) -> list:
     return out
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #89d155bc
+def keyword_options(fn, skip: tuple = ()) -> dict:
+    "The keyword options of `fn` and their defaults, those named in `skip` left out."
+    return {
+        k: p.default
+        for k, p in inspect.signature(fn).parameters.items()
+        if p.default is not inspect.Parameter.empty and k not in skip
+    }
+
+
+# every option of the end-to-end oracle: hara_advantages's and the novelty's it passes on
+HARA_OPTIONS = keyword_options(hara_advantages, ('advantages', 'boundaries')) | keyword_options(
+    hara_novelty, ('keep', 'checked', 'compute_dtype')
+)
+
+
 def _hara_oracle(x: dict, **opts) -> torch.Tensor:
     "hara_advantages's token advantages (B, T)."
     return hara_advantages(x['hidden'], x['mask'], x['rewards'], x['group_ids'], **opts)[0]
@@ -229,8 +268,14 @@ QUANTITIES = {
             _pick('logp', 'old_logp', 'advantages', 'mask'),
             _ppo_oracle,
             _ppo_scale,
-            dict(agg='seq-mean-token-mean', clip_eps_low=0.2, clip_eps_high=0.2),
-            choices=dict(agg={a: {} for a in AGG_MODES}),
+            dict(
+                agg='seq-mean-token-mean',
+                clip_eps_low=0.2,
+                clip_eps_high=0.2,
+                dual_clip=None,
+                empty_rows='count',
+            ),
+            choices=dict(agg={a: {} for a in AGG_MODES}, empty_rows={'count': {}, 'skip': {}}),
         ),
         Quantity(
             'k3_kl',
@@ -311,10 +356,17 @@ QUANTITIES = {
             _pick('hidden', 'mask', 'rewards', 'group_ids'),
             _hara_oracle,
             _max_scale,
-            dict(base='grpo', granularity='tok'),
+            HARA_OPTIONS,
             floor=1e-3,
             examples=25,
             shrinks=40,
+            choices=dict(
+                base={v: {} for v in ('grpo', 'drgrpo', 'dapo')},
+                granularity={v: {} for v in ('seq', 'tok', 'span')},
+                reference={v: {} for v in ('group', 'barycenter')},
+                barycenter={v: {} for v in ('linearized', 'exact')},
+                group_reference={v: {} for v in ('geometric', 'entrywise')},
+            ),
         ),
     ]
 }

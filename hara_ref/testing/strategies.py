@@ -4,9 +4,11 @@
 
 # %% ../../nbs/5_practice/21_cases.ipynb #99a9c75b
 from __future__ import annotations
+import inspect
 import math
 import torch
 from hypothesis import strategies as st
+from ..hara.rollouts import check_scalar
 from ..ot.fgw import chain_positions
 from ..ot.lfgw import chain_tau_bar
 
@@ -14,8 +16,9 @@ from ..ot.lfgw import chain_tau_bar
 DTYPES = {'float64': torch.float64, 'float32': torch.float32, 'bfloat16': torch.bfloat16}
 
 # %% auto #0
-__all__ = ['DTYPES', 'SEED', 'BUILDERS', 'SPECS', 'build_labels', 'build_tokens', 'build_chains', 'build_batch', 'labels_specs',
-           'tokens_specs', 'chains_specs', 'batch_specs', 'case_flags', 'case_specs', 'build_case']
+__all__ = ['DTYPES', 'ID_STYLES', 'EDGE_X', 'EDGE_U', 'SEED', 'LAYOUTS', 'MAX_T', 'BUILDERS', 'SPECS', 'group_labels',
+           'build_labels', 'build_tokens', 'build_chains', 'build_batch', 'labels_specs', 'tokens_specs',
+           'chains_specs', 'batch_specs', 'case_flags', 'check_restrictions', 'case_specs', 'build_case']
 
 # %% ../../nbs/5_practice/21_cases.ipynb #440f6b2b
 def _gen(spec: dict) -> torch.Generator:
@@ -27,14 +30,31 @@ def _prefix_mask(lengths: list, T: int) -> torch.Tensor:
     "(B, T) bool, True on the first lengths[i] tokens of row i."
     return torch.arange(T) < torch.tensor(lengths)[:, None]  # (B, T)
 
+
+# how a spec's group ids are labelled, block by block (P blocks)
+ID_STYLES = ('spread', 'small', 'negative', 'unsorted')
+
+
+def group_labels(style: str, P: int) -> torch.Tensor:
+    """The ids (P,) of P groups, in block order: 'spread' 3, 10, 17, ... (ids are names, not
+    indices); 'small' 0, 1, 2, ... (TRL's layout); 'negative' -6, -1, 4, ...; 'unsorted' the spread
+    ids in decreasing order."""
+    k = torch.arange(P)  # (P,)
+    ids = dict(spread=7 * k + 3, small=k, negative=5 * k - 6, unsorted=7 * (P - 1 - k) + 3)
+    if style not in ids:
+        raise ValueError(f"ids must be one of {ID_STYLES}, got {style!r}")
+    return ids[style]
+
 # %% ../../nbs/5_practice/21_cases.ipynb #971fee1f
 def build_labels(spec: dict) -> dict:
     """Rewards (B,) and group ids (B,) from a labels spec: group `sizes`, reward `kind` ('binary' |
-    'grid' multiples of 1/4 | 'float' | 'equal'), `shuffle` (unsorted ids), `dtype`, `seed`."""
+    'grid' multiples of 1/4 | 'float' | 'equal'), `shuffle` (unsorted ids), `ids` (their labels, one
+    of `ID_STYLES`; 'spread' when absent), `dtype`, `seed`."""
     g, sizes = _gen(spec), spec['sizes']
     B = sum(sizes)
-    # non-contiguous labels 3, 10, 17, ...: ids are names, not indices
-    ids = torch.repeat_interleave(torch.arange(len(sizes)) * 7 + 3, torch.tensor(sizes))  # (B,)
+    ids = torch.repeat_interleave(
+        group_labels(spec.get('ids', 'spread'), len(sizes)), torch.tensor(sizes)
+    )
     if spec['kind'] == 'binary':
         r = torch.randint(0, 2, (B,), generator=g).double()  # (B,)
     elif spec['kind'] == 'grid':
@@ -49,20 +69,40 @@ def build_labels(spec: dict) -> dict:
     return dict(rewards=r.to(DTYPES[spec['dtype']]), group_ids=ids)
 
 # %% ../../nbs/5_practice/21_cases.ipynb #071bcbe4
+# edge values of the tokens family: -logp where the weight map meets its clip at κ = 1 (0, 0.5, 1.5,
+# 2) and past it; ref_logp - logp past k3's clamps (|u| > 20; e^u - u - 1 > 10 from |u| = 3, 12)
+EDGE_X = (0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 4.0, 30.0)
+EDGE_U = (-25.0, -12.0, -3.0, 0.0, 3.0, 12.0, 25.0)
+
+
 def build_tokens(spec: dict) -> dict:
     """Log-probabilities (B, T) of the policy, the old policy and the reference, sequence advantages
     (B,) and a mask (B, T) from a tokens spec: `lengths` (B,) of the prefixes, `holes` (drop tokens
-    inside them), `dtype`, `seed`. The mask always holds a token."""
+    inside them, never a row's first), `values` ('random', or 'edges': -logp from `EDGE_X`,
+    ref_logp - logp from `EDGE_U`, half the advantages exactly 0), `dtype`, `seed`. The mask always
+    holds a token."""
     g, lengths = _gen(spec), spec['lengths']
     B, T = len(lengths), spec['T']
     dt = DTYPES[spec['dtype']]
-    logp = -3 * torch.rand(B, T, generator=g, dtype=torch.float64) - 0.01  # (B, T)
-    old = logp + 0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)  # (B, T) ratios near 1
-    ref = logp + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)  # (B, T)
-    A = torch.randn(B, generator=g, dtype=torch.float64)  # (B,)
+    if spec.get('values', 'random') == 'edges':
+        pick = lambda vals: torch.tensor(vals, dtype=torch.float64)[
+            torch.randint(len(vals), (B, T), generator=g)
+        ]
+        logp = -pick(EDGE_X)  # (B, T)
+        old = logp + 0.3 * torch.randn(B, T, generator=g, dtype=torch.float64)  # (B, T)
+        ref = logp + pick(EDGE_U)  # (B, T)
+        A = torch.randn(B, generator=g, dtype=torch.float64)  # (B,)
+        A = torch.where(torch.rand(B, generator=g) < 0.5, 0.0, A)  # (B,) zero advantages
+    else:
+        logp = -3 * torch.rand(B, T, generator=g, dtype=torch.float64) - 0.01  # (B, T)
+        old = logp + 0.3 * torch.randn(
+            B, T, generator=g, dtype=torch.float64
+        )  # (B, T) ratios near 1
+        ref = logp + 0.5 * torch.randn(B, T, generator=g, dtype=torch.float64)  # (B, T)
+        A = torch.randn(B, generator=g, dtype=torch.float64)  # (B,)
     mask = _prefix_mask(lengths, T)  # (B, T)
-    if spec['holes']:
-        mask &= torch.rand(B, T, generator=g) > 0.3  # (B, T) holes inside the rows
+    if spec['holes']:  # holes inside the rows: a row keeps its first token
+        mask &= (torch.rand(B, T, generator=g) > 0.3) | (torch.arange(T) == 0)  # (B, T)
     if not mask.any():
         mask[0, 0] = True  # a loss needs one token
     c = lambda t: t.to(dt)
@@ -91,12 +131,14 @@ def build_chains(spec: dict) -> dict:
 def build_batch(spec: dict) -> dict:
     """A batch of several prompts' rollouts from a batch spec: hidden (B, T, d), mask (B, T)
     (prefixes of `lengths`, 0 allowed), binary rewards (B,) and group ids (B,) of group `sizes`,
-    `shuffle`d, `dtype`, `seed`."""
+    labelled by `ids` (one of `ID_STYLES`; 'spread' when absent), `shuffle`d, `dtype`, `seed`."""
     g, lengths, sizes = _gen(spec), spec['lengths'], spec['sizes']
     B, T, d = sum(sizes), spec['T'], spec['d']
     hidden = torch.randn(B, T, d, generator=g, dtype=torch.float64)  # (B, T, d)
     rewards = torch.randint(0, 2, (B,), generator=g).double()  # (B,)
-    ids = torch.repeat_interleave(torch.arange(len(sizes)) * 7 + 3, torch.tensor(sizes))  # (B,)
+    ids = torch.repeat_interleave(
+        group_labels(spec.get('ids', 'spread'), len(sizes)), torch.tensor(sizes)
+    )
     mask = _prefix_mask(lengths, T)  # (B, T)
     if spec['shuffle']:
         perm = torch.randperm(B, generator=g)  # (B,)
@@ -106,12 +148,20 @@ def build_batch(spec: dict) -> dict:
 
 # %% ../../nbs/5_practice/21_cases.ipynb #83d00ce1
 SEED = st.integers(0, 2**16)
+LAYOUTS = ('any', 'trl')  # 'trl': contiguous groups of one size G >= 2, ids 0..P-1 in order
+MAX_T = dict(tokens=6, batch=5)  # the longest row of a family's cases
 
 
 @st.composite
-def labels_specs(draw, equal_groups: bool = False, dtypes=tuple(DTYPES)) -> dict:
-    "Labels specs: 1-4 groups of 1-5 rollouts (or P groups of one size G), any reward kind."
-    if equal_groups:
+def labels_specs(
+    draw, equal_groups: bool = False, dtypes=tuple(DTYPES), layout: str = 'any', edges: bool = True
+) -> dict:
+    """Labels specs: 1-4 groups of 1-5 rollouts (or P groups of one size G), any reward kind; with
+    `edges`, equal sizes half the time and ids of every style ('unsorted': contiguous blocks);
+    `layout='trl'`: P groups of G >= 2, ids 0..P-1, in order."""
+    if layout == 'trl':
+        sizes = [draw(st.integers(2, 5))] * draw(st.integers(1, 4))
+    elif equal_groups or (edges and draw(st.booleans())):
         sizes = [draw(st.integers(1, 5))] * draw(st.integers(1, 3))
     else:
         sizes = draw(st.lists(st.integers(1, 5), min_size=1, max_size=4))
@@ -119,21 +169,30 @@ def labels_specs(draw, equal_groups: bool = False, dtypes=tuple(DTYPES)) -> dict
     # random floats only in float64: a sum of low-precision floats is not exact
     kinds = ['binary', 'grid', 'equal'] + (['float'] if dtype == 'float64' else [])
     kind = draw(st.sampled_from(kinds))
-    return dict(sizes=sizes, kind=kind, shuffle=draw(st.booleans()), dtype=dtype, seed=draw(SEED))
+    ids = 'small' if layout == 'trl' else draw(st.sampled_from(ID_STYLES)) if edges else None
+    shuffle = layout != 'trl' and ids != 'unsorted' and draw(st.booleans())
+    spec = dict(sizes=sizes, kind=kind, shuffle=shuffle, dtype=dtype, seed=draw(SEED))
+    return spec if ids is None else spec | dict(ids=ids)
 
 # %% ../../nbs/5_practice/21_cases.ipynb #ce90662e
 @st.composite
-def tokens_specs(draw, holes: bool = True, min_len: int = 0, dtypes=tuple(DTYPES)) -> dict:
-    "Tokens specs: 1-4 rows of 1-6 tokens, ragged prefixes (empty rows if min_len = 0), holes."
-    T = draw(st.integers(1, 6))
-    lengths = draw(st.lists(st.integers(min(min_len, T), T), min_size=1, max_size=4))
-    return dict(
+def tokens_specs(
+    draw, holes: bool = True, min_len: int = 0, dtypes=tuple(DTYPES), edges: bool = True
+) -> dict:
+    """Tokens specs: 1-4 rows of 1-6 tokens, ragged prefixes of at least `min_len` tokens (empty
+    rows if 0), holes; with `edges`, edge values too."""
+    T = draw(st.integers(max(1, min_len), MAX_T['tokens']))
+    lengths = draw(st.lists(st.integers(min_len, T), min_size=1, max_size=4))
+    spec = dict(
         lengths=lengths,
         T=T,
         holes=holes and draw(st.booleans()),
         dtype=draw(st.sampled_from(list(dtypes))),
         seed=draw(SEED),
     )
+    if edges:
+        spec['values'] = draw(st.sampled_from(['random', 'edges']))
+    return spec
 
 # %% ../../nbs/5_practice/21_cases.ipynb #652485b9
 @st.composite
@@ -151,19 +210,30 @@ def chains_specs(draw, dtypes=('float64', 'float32'), L_b: int | None = None) ->
 
 # %% ../../nbs/5_practice/21_cases.ipynb #632df485
 @st.composite
-def batch_specs(draw, dtypes=('float64', 'float32'), min_len: int = 0) -> dict:
-    "Batch specs: 1-3 prompts of 1-4 rollouts (singletons too), 1-5 tokens, empty rows, d in 1..3."
-    sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
-    T = draw(st.integers(1, 5))
-    return dict(
+def batch_specs(
+    draw, dtypes=('float64', 'float32'), min_len: int = 0, layout: str = 'any', edges: bool = True
+) -> dict:
+    """Batch specs: 1-3 prompts of 1-4 rollouts (singletons too), 1-5 tokens, empty rows, d in 1..3;
+    with `edges`, ids of every style; `layout='trl'`: P prompts of G >= 2 rollouts, ids 0..P-1."""
+    if layout == 'trl':
+        sizes = [draw(st.integers(2, 4))] * draw(st.integers(1, 3))
+    else:
+        sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=3))
+    T = draw(st.integers(max(1, min_len), MAX_T['batch']))
+    spec = dict(
         sizes=sizes,
         lengths=draw(st.lists(st.integers(min_len, T), min_size=sum(sizes), max_size=sum(sizes))),
         T=T,
         d=draw(st.integers(1, 3)),
-        shuffle=draw(st.booleans()),
+        shuffle=layout != 'trl' and draw(st.booleans()),
         dtype=draw(st.sampled_from(list(dtypes))),
         seed=draw(SEED),
     )
+    if layout == 'trl':
+        spec['ids'] = 'small'
+    elif edges:
+        spec['ids'] = draw(st.sampled_from(ID_STYLES))
+    return spec
 
 # %% ../../nbs/5_practice/21_cases.ipynb #520cfe3a
 def case_flags(case: dict) -> list:
@@ -174,6 +244,7 @@ def case_flags(case: dict) -> list:
         _, inv, cnt = torch.unique(ids, return_inverse=True, return_counts=True)
         f += ['singleton-group'] * bool((cnt == 1).any())
         f += ['unsorted-ids'] * bool((ids[1:] < ids[:-1]).any())
+        f += ['negative-ids'] * bool((ids < 0).any()) + ['id-0'] * bool((ids == 0).any())
         r = case.get('rewards')
         if r is not None and len(r) > 1 and bool((r == r[0]).all()):
             f.append('all-equal')
@@ -185,6 +256,15 @@ def case_flags(case: dict) -> list:
         f += ['mask-hole'] * bool((ends > L).any())
         f += ['len-1'] * bool((L == 1).any()) + ['len-2'] * bool((L == 2).any())
         f += ['ragged'] * bool((L != L[0]).any())
+    A = case.get('advantages', case.get('A'))
+    if A is not None:
+        f += ['zero-advantage'] * bool((A == 0).any())
+    if 'x' in case and A is not None:  # the weight map at κ = 1 meets or passes its clip [0.5, 2]
+        w = 1 + torch.sign(A.double())[:, None] * (case['x'].double() - 1)  # (B, T)
+        f += ['weight-at-clip'] * bool(((A != 0)[:, None] & ((w <= 0.5) | (w >= 2))).any())
+    if 'ref_logp' in case:  # k3's clamps act: |u| > 20 or e^u - u - 1 > 10
+        u = case['ref_logp'].double() - case['logp'].double()
+        f += ['k3-clamped'] * bool(((u.abs() > 20) | (u.exp() - u - 1 > 10)).any())
     dts = {str(v.dtype).replace('torch.', '') for v in case.values() if v.is_floating_point()}
     return f + sorted(dts)
 
@@ -193,10 +273,30 @@ BUILDERS = dict(labels=build_labels, tokens=build_tokens, chains=build_chains, b
 SPECS = dict(labels=labels_specs, tokens=tokens_specs, chains=chains_specs, batch=batch_specs)
 
 
+def check_restrictions(family: str, restrict: dict) -> None:
+    """Refuse a restriction that `family`'s cases do not have (TypeError) or a value they do not
+    allow (ValueError), each named."""
+    names = list(inspect.signature(SPECS[family]).parameters)
+    for k, v in restrict.items():
+        if k not in names:
+            raise TypeError(f"{family} cases have no restriction {k!r}; theirs: {', '.join(names)}")
+        if k == 'dtypes' and (isinstance(v, str) or not v or any(d not in DTYPES for d in v)):
+            raise ValueError(f"dtypes must be a non-empty tuple of {tuple(DTYPES)}, got {v!r}")
+        if k == 'layout' and v not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {v!r}")
+        if k in ('equal_groups', 'holes', 'edges') and not isinstance(v, bool):
+            raise ValueError(f"{k} must be True or False, got {v!r}")
+        if k == 'min_len':
+            check_scalar('min_len', v, 0, MAX_T[family], integer=True)
+        if k == 'L_b' and v is not None:
+            check_scalar('L_b', v, 2, integer=True)
+
+
 def case_specs(family: str, **restrict):
-    "The hypothesis strategy of a family's specs, with its restrictions (e.g. equal_groups=True)."
+    "The hypothesis strategy of a family's specs, with its restrictions (e.g. layout='trl')."
     if family not in SPECS:
         raise ValueError(f"family must be one of {tuple(SPECS)}, got {family!r}")
+    check_restrictions(family, restrict)
     return SPECS[family](**restrict)
 
 

@@ -7,15 +7,17 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import inspect
 import json
 import os
 import sys
+import types
 from pathlib import Path
 
 import torch
 
 from ..hara.rollouts import check_scalar
-from .strategies import build_case, case_flags, case_specs
+from .strategies import LAYOUTS, SPECS, build_case, case_flags, case_specs
 from ..rlvr.grpo import AGG_MODES
 from hara_ref.testing import (
     GRPO_CONVENTIONS,
@@ -34,8 +36,8 @@ from hara_ref.testing import (
 
 # %% auto #0
 __all__ = ['VECTOR_SPECS', 'VECTOR_OPTIONS', 'vector_cases', 'case_digest', 'write_vectors', 'read_vectors', 'vectors_for',
-           'check_vectors', 'trl_source_advantages', 'UsageError', 'vectors_cli', 'quantities_help', 'check_parser',
-           'load_target', 'prepare_check', 'check_cli']
+           'check_vectors', 'trl_source_advantages', 'verl_source', 'verl_source_advantages', 'verl_source_loss',
+           'UsageError', 'vectors_cli', 'quantities_help', 'check_parser', 'load_target', 'prepare_check', 'check_cli']
 
 # %% ../../nbs/5_practice/23_vectors.ipynb #260e5030
 VECTOR_SPECS = {
@@ -44,12 +46,19 @@ VECTOR_SPECS = {
         dict(sizes=[1, 3, 2], kind='float', shuffle=True, dtype='float64', seed=2),
         dict(sizes=[3, 3], kind='equal', shuffle=False, dtype='float32', seed=3),
         dict(sizes=[2, 5], kind='grid', shuffle=True, dtype='bfloat16', seed=4),
+        dict(sizes=[3, 1, 2], kind='binary', shuffle=True, dtype='float64', seed=5, ids='negative'),
+        dict(sizes=[2, 2, 2], kind='grid', shuffle=False, dtype='float64', seed=6, ids='unsorted'),
+        dict(
+            sizes=[3, 3], kind='grid', shuffle=False, dtype='float32', seed=7, ids='small'
+        ),  # TRL's
     ],
     'tokens': [
         dict(lengths=[4, 1, 2], T=4, holes=False, dtype='float64', seed=1),
-        dict(lengths=[0, 3, 5], T=5, holes=True, dtype='float64', seed=2),
+        dict(lengths=[0, 3, 5], T=5, holes=True, dtype='float64', seed=4),
         dict(lengths=[3, 3], T=3, holes=False, dtype='float32', seed=3),
         dict(lengths=[2, 4], T=4, holes=True, dtype='bfloat16', seed=4),
+        dict(lengths=[4, 2, 3], T=4, holes=False, dtype='float64', seed=5, values='edges'),
+        dict(lengths=[3, 0, 4], T=4, holes=True, dtype='float32', seed=6, values='edges'),
     ],
     'chains': [
         dict(lengths=[4, 2, 1], T=4, d=3, L_b=4, dtype='float64', seed=1),
@@ -66,12 +75,25 @@ VECTOR_SPECS = {
             seed=1,
         ),
         dict(sizes=[4], lengths=[3, 3, 2, 1], T=3, d=2, shuffle=False, dtype='float32', seed=2),
+        dict(
+            sizes=[2, 3],
+            lengths=[3, 1, 2, 3, 2],
+            T=3,
+            d=2,
+            shuffle=True,
+            dtype='float64',
+            seed=3,
+            ids='negative',
+        ),  # fmt: skip
     ],
 }
 # the options each quantity's vectors are written under (default: its defaults only)
 VECTOR_OPTIONS = {
     'grpo_advantages': [dict(convention=c) for c in GRPO_CONVENTIONS],
-    'ppo_clip_loss': [dict(agg=a) for a in AGG_MODES],
+    # TRL's aggregation, and verl's agg_loss alone (empty rows skipped) with its dual clip
+    'ppo_clip_loss': [dict(agg=a) for a in AGG_MODES]
+    + [dict(agg=a, dual_clip=3.0, empty_rows='skip') for a in AGG_MODES],
+    'k3_kl': [dict(clamp=False), dict(clamp=True)],
 }
 
 # %% ../../nbs/5_practice/23_vectors.ipynb #b396226e
@@ -303,6 +325,111 @@ def trl_source_advantages(scale_rewards: str = 'group'):
 
     return fn
 
+# %% ../../nbs/5_practice/23_vectors.ipynb #verl0002
+class _Config(types.SimpleNamespace):
+    "The fields of verl's ActorConfig its policy loss reads, and its `get`."
+
+    def get(self, key, default=None):
+        return getattr(self, key, default)
+
+
+def verl_source(names: list, path: str = 'trainer/ppo/core_algos.py', **namespace) -> dict:
+    """The functions `names` of the installed verl, read from its source file `path` and run
+    unchanged, without importing verl: {name: function}, one namespace (`namespace`) as their
+    globals. ModuleNotFoundError when verl is not installed."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec('verl')
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("verl is not installed (pip install --no-deps verl is enough)")
+    file = Path(spec.submodule_search_locations[0]) / path
+    text = file.read_text()
+    defs = {n.name: n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef)}
+    ns = dict(namespace)
+    for name in names:
+        if name not in defs:
+            raise ValueError(f"{file} has no function {name!r}")
+        # from `def` on (its decorator registers it in verl's tables), at its own line numbers
+        code = '\n' * (defs[name].lineno - 1) + ast.get_source_segment(text, defs[name])
+        exec(compile(code, str(file), 'exec'), ns)
+    return {n: ns[n] for n in names}
+
+
+def _verl_globals() -> dict:
+    "The names verl's core_algos functions use, without verl's imports."
+    from collections import defaultdict
+    from typing import Any, Callable, Optional
+    import numpy as np
+
+    F = verl_source(['masked_sum', 'masked_mean'], 'utils/torch_functional.py', torch=torch)
+    return dict(
+        torch=torch,
+        np=np,
+        defaultdict=defaultdict,
+        Any=Any,
+        Callable=Callable,
+        Optional=Optional,
+        AlgoConfig=type('AlgoConfig', (), {}),
+        ActorConfig=_Config,
+        verl_F=types.SimpleNamespace(**F),
+    )
+
+
+def verl_source_advantages(norm_adv_by_std_in_grpo: bool = True):
+    """verl's `compute_grpo_outcome_advantage`, read from the installed verl and run unchanged, as
+    fn(rewards (B,), group_ids (B,)) -> (B,): each reward a response of one token, the ids verl's
+    numpy `index`."""
+    import numpy as np
+
+    name = 'compute_grpo_outcome_advantage'
+    f = verl_source([name], **_verl_globals())[name]
+
+    def fn(rewards, group_ids):
+        r = torch.as_tensor(rewards)
+        one = torch.ones(len(r), 1, dtype=r.dtype)  # (B, 1) response mask
+        index = np.asarray(group_ids)  # (B,)
+        scores, _ = f(
+            r[:, None].clone(), one, index, norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo
+        )
+        return scores[:, 0]
+
+    return fn
+
+
+def verl_source_loss(
+    agg: str = 'token-mean',
+    clip_eps_low: float = 0.2,
+    clip_eps_high: float = 0.2,
+    dual_clip: float = 3.0,  # verl's clip_ratio_c
+    as_trainer: bool = False,  # pass global_batch_size = B as verl's trainer does
+):
+    """verl's `compute_policy_loss_vanilla` and `agg_loss`, read from the installed verl and run
+    unchanged, as fn(logp (B, T), old_logp (B, T), advantages (B,), mask (B, T)) -> scalar."""
+    f = verl_source(['agg_loss', 'compute_policy_loss_vanilla'], **_verl_globals())
+
+    def fn(logp, old_logp, advantages, mask):
+        info = dict(global_batch_size=len(mask)) if as_trainer else {}
+        cfg = _Config(
+            clip_ratio=clip_eps_low,
+            clip_ratio_low=clip_eps_low,
+            clip_ratio_high=clip_eps_high,
+            clip_ratio_c=dual_clip,
+            global_batch_info=info,
+        )
+        A = advantages[:, None] * mask  # (B, T) verl's token advantages: 0 off the mask
+        loss, _ = f['compute_policy_loss_vanilla'](
+            old_log_prob=old_logp,
+            log_prob=logp,
+            advantages=A,
+            response_mask=mask.bool(),
+            loss_agg_mode=agg,
+            config=cfg,
+        )
+        return loss
+
+    return fn
+
 # %% ../../nbs/5_practice/23_vectors.ipynb #6537f50e
 class UsageError(ValueError):
     "A command line that cannot run: one line on stderr, exit code 2."
@@ -399,7 +526,13 @@ def check_parser() -> argparse.ArgumentParser:
         '--timeout', type=float, default=60.0, help='seconds each call may take (%(default)s)'
     )
     p.add_argument('--vectors', metavar='DIR', help='also check the test vectors in this folder')
-    p.add_argument('--equal-groups', action='store_true', help='only groups of one size (TRL)')
+    p.add_argument('--equal-groups', action='store_true', help='only groups of one size')
+    p.add_argument(
+        '--layout',
+        choices=LAYOUTS,
+        default=None,
+        help="'trl': only TRL's layout (contiguous groups of one size G >= 2, ids 0..P-1)",
+    )
     return p
 
 # %% ../../nbs/5_practice/23_vectors.ipynb #e38131da
@@ -450,13 +583,13 @@ def prepare_check(a: argparse.Namespace) -> dict:
         check_scalar('--timeout', a.timeout, 0, open_low=True)
     except (TypeError, ValueError) as e:
         raise UsageError(e) from None
-    cases = dict(equal_groups=True) if a.equal_groups else None
-    try:
-        case_specs(q.family, **{**q.restrict, **(cases or {})})
-    except TypeError:
-        raise UsageError(
-            f"--equal-groups does not apply to {q.name}: its cases have no such option"
-        )
+    cases = {k: v for k, v in dict(equal_groups=a.equal_groups, layout=a.layout).items() if v}
+    for k in cases:
+        if k not in inspect.signature(SPECS[q.family]).parameters:
+            flag = '--' + k.replace('_', '-')
+            raise UsageError(f"{flag} does not apply to {q.name}: its cases have no such option")
+    case_specs(q.family, **{**q.restrict, **cases})
+    cases = cases or None
     made = None
     if a.vectors is not None:
         try:
