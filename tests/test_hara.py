@@ -361,7 +361,6 @@ def test_outcome_groups_and_packing():
     assert pack_slots(og, torch.ones(4, dtype=torch.bool)).tolist() == [[3, -1], [1, -1], [0, 2]]
 
 
-
 def test_outcomes_make_the_groups_rewards_the_advantages():
     """`outcomes=` groups by the labels given, the base advantages still come from the rewards:
     the same as the oracle on the labels with the rewards' advantages given."""
@@ -389,6 +388,7 @@ def test_outcomes_make_the_groups_rewards_the_advantages():
         hara_novelty(h, m, r, gid, outcomes=acc * math.nan)
     with pytest.raises(TypeError, match='^outcomes must be real or bool'):
         hara_novelty(h, m, r, gid, outcomes=acc.to(torch.complex64))
+
 
 def test_spans():
     mask = torch.tensor([[True] * 4 + [False] * 2])
