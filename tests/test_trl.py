@@ -550,7 +550,10 @@ def test_summed_graded_reward_leaves_every_rollout_alone_and_warns_once(tiny, tm
     assert "with equal 'accuracy' + 'style'" in capsys.readouterr().out
     assert reweighted_fracs(tr) == [0.0, 0.0] and (tr.hara_record['weights'] == 1).all()
     assert len(warned) == 1
-    assert 'of 8 rollouts, 8 are alone in their outcome group and 0 have advantage 0' in warned[0]
+    assert (
+        'no rollout for step 1: of 8 rollouts, 8 are alone in their outcome group and 0 have '
+        'advantage 0'
+    ) in warned[0]
     assert "here 'accuracy' + 'style'; " in warned[0] and 'HaraConfig.outcome_funcs' in warned[0]
 
 

@@ -831,7 +831,7 @@ def nothing_reweighted(trainer) -> str:
     t = trainer.hara.outcome_threshold
     what = ' + '.join(repr(names[c]) for c in cols) + ('' if t is None else f" >= {t}")
     return (
-        f"HaraGRPOTrainer: HARA reweighted no rollout at step {trainer.state.global_step}: of "
+        f"HaraGRPOTrainer: HARA reweighted no rollout for step {trainer.state.global_step + 1}: of "
         f"{len(og)} rollouts, {alone} are alone in their outcome group and {zero} have advantage "
         f"0. An outcome group is the rollouts of one prompt with the same outcome, here {what}; "
         "where that differs between nearly all rollouts (a graded or summed score), name the "
