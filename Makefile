@@ -25,8 +25,8 @@ train: install
 test: install
 	PATH="$(abspath $(BIN)):$$PATH" bash tools/check_sync.sh
 	# code reads on the rendered page: lines of at most 100 characters, one statement per line
-	$(BIN)/ruff check nbs hara_ref tests tools
-	$(BIN)/ruff format --check nbs tests tools
+	$(BIN)/ruff check nbs hara_ref tests tools examples
+	$(BIN)/ruff format --check nbs tests tools examples
 	# two notebooks at a time, one BLAS/OpenMP thread each: two 2-thread torch processes on 2 cores thrash
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/nbdev_test --n_workers 2 --timing
 	# two test processes, one BLAS/OpenMP thread each (as the notebooks)

@@ -362,6 +362,35 @@ def test_outcome_groups_and_packing():
     assert pack_slots(og, torch.ones(4, dtype=torch.bool)).tolist() == [[3, -1], [1, -1], [0, 2]]
 
 
+def test_outcomes_make_the_groups_rewards_the_advantages():
+    """`outcomes=` groups by the labels given, the base advantages still come from the rewards:
+    the same as the oracle on the labels with the rewards' advantages given."""
+    g = torch.Generator().manual_seed(0)
+    h, L = torch.randn(16, 7, 4, generator=g, dtype=torch.float64), torch.randint(2, 8, (16,))
+    m, gid = torch.arange(7) < L[:, None], torch.arange(16) // 8
+    acc = (torch.rand(16, generator=g) < 0.5).double()  # (B,) correctness
+    r = acc + 0.5 * torch.rand(16, generator=g, dtype=torch.float64)  # (B,) + a format score
+    kw = dict(bary_kw=dict(max_iter=3, inner_iter=50), plan_kw=dict(num_iter_max=50))
+    A = base_advantages(r, gid, method='grpo')
+    want, rw_want = hara_advantages(h, m, acc, gid, advantages=A, **kw)
+    for o in (acc, acc.bool(), acc.long(), acc.numpy() * 3 - 1):  # any numeric or bool labels
+        got, rw = hara_advantages(h, m, r, gid, outcomes=o, **kw)
+        assert (got - want).abs().max() == 0 and torch.equal(rw.base, A)
+        assert torch.equal(rw.novelty.og, rw_want.novelty.og)
+    assert (rw.weights[m] != 1).double().mean() > 0.5  # the weights moved
+    # by the summed reward every rollout is alone: nothing moves, and the notes say why
+    _, rw0 = hara_advantages(h, m, r, gid, **kw)
+    assert (rw0.weights == 1).all() and 'every rollout is alone' in ' '.join(rw0.notes)
+    nov = hara_novelty(h, m, r, gid, outcomes=acc.bool(), **kw)
+    assert torch.equal(nov.og, hara_novelty(h, m, acc, gid, **kw).og)
+    with pytest.raises(ValueError, match=r'^outcomes must have shape \(B,\) = \(16,\)'):
+        hara_advantages(h, m, r, gid, outcomes=acc[:4])
+    with pytest.raises(ValueError, match='^outcomes contain NaN/Inf'):
+        hara_novelty(h, m, r, gid, outcomes=acc * math.nan)
+    with pytest.raises(TypeError, match='^outcomes must be real or bool'):
+        hara_novelty(h, m, r, gid, outcomes=acc.to(torch.complex64))
+
+
 def test_spans():
     mask = torch.tensor([[True] * 4 + [False] * 2])
     assert span_ids(mask, span_len=3).tolist() == [[0, 0, 0, 1, 0, 0]]

@@ -2,12 +2,15 @@
 advantages reach TRL's loss, 1 vs 2 processes, bad config."""
 
 import copy
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import warnings
+from dataclasses import fields
 from pathlib import Path
 import pytest
 import torch
@@ -29,6 +32,7 @@ from hara_ref.practice.trl import (
     oracle_advantages,
     rollout_labels,
     completion_hidden,
+    sep_token_ids,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,7 +153,12 @@ class Recording(HaraGRPOTrainer):
 @pytest.mark.parametrize('reweight', ['hara-tok', 'shear', 'entropy', 'position'])
 def test_loss_receives_the_oracle_advantages(tiny, tmp_path, reweight):
     tr = make(
-        Recording, tiny, tmp_path, steps=1, hara=HaraConfig(reweight=reweight, novelty_kw=NOV)
+        Recording,
+        tiny,
+        tmp_path,
+        steps=1,
+        # HARA's options for HARA only: a baseline refuses them
+        hara=HaraConfig(reweight=reweight, novelty_kw=NOV if reweight == 'hara-tok' else {}),
     )
     tr.train()
     o, (B, T) = tr.out, tr.out['completion_ids'].shape
@@ -225,8 +234,21 @@ def test_whole_groups_per_process_equal_the_global_batch():
 
 def test_rollout_labels_unscorable_rows_get_their_own_group():
     rpf = torch.tensor([[1.0, float('nan')], [0.0, 1.0], [float('nan'), float('nan')], [1.0, 1.0]])
-    r, gid = rollout_labels(rpf, torch.tensor([1.0, 2.0]), 2)
-    assert r.tolist() == [1.0, 2.0, 0.0, 3.0] and gid.tolist() == [0, 0, 6, 1]
+    r, gid, o = rollout_labels(rpf, torch.tensor([1.0, 2.0]), 2)
+    assert r.tolist() == [1.0, 2.0, 0.0, 3.0] and gid.tolist() == [0, 0, 6, 1] and o.equal(r)
+
+
+def test_rollout_labels_outcome_columns_and_threshold():
+    "The outcome is the chosen functions' weighted sum (>= threshold: 1); unscored by them: alone."
+    rpf = torch.tensor([[1.0, 0.3], [0.0, 0.9], [float('nan'), 0.2], [1.0, 0.7], [0.0, 0.1]])
+    w = torch.tensor([1.0, 0.5])
+    r, gid, o = rollout_labels(rpf, w, 5, outcome_cols=(0,))
+    assert torch.allclose(r, torch.tensor([1.15, 0.45, 0.1, 1.35, 0.05]))
+    assert o.tolist() == [1.0, 0.0, 0.0, 1.0, 0.0] and gid.tolist() == [0, 0, 7, 0, 0]
+    _, gid, o = rollout_labels(rpf, w, 5, outcome_cols=(1,), outcome_threshold=0.3)
+    assert o.tolist() == [0.0, 1.0, 0.0, 1.0, 0.0] and gid.tolist() == [0] * 5
+    _, _, o = rollout_labels(rpf, w, 5, outcome_cols=(0, 1), outcome_threshold=1.0)
+    assert o.tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]
 
 
 def free_port() -> int:
@@ -464,6 +486,282 @@ def test_span_separators_are_step_boundaries():
     assert rw.method == 'hara-span' and (got - want).abs().max() == 0
     tok, _ = oracle_advantages(HaraConfig(novelty_kw=NOV), hidden, mask, rewards, gid, A)
     assert (got - tok).abs().max() > 1e-3  # spans average the token novelty: a different result
+
+
+# --- outcome groups from the reward functions a TRL user has ------------------------------------
+
+
+def accuracy(completions, answer, **kw):
+    "A verifiable reward: the completion starts with the answer (never, for the random model)."
+    return [float(c.strip().startswith(a)) for c, a in zip(completions, answer)]
+
+
+def style(completions, **kw):
+    "A graded format score, as a reward model gives: continuous, so no two rollouts share it."
+    return [0.5 * sum(map(ord, c)) / (128 * max(len(c), 1)) for c in completions]
+
+
+def run_recorded(tiny, tmp, hara, steps=2):
+    "Train with accuracy + style; the trainer and HARA's 'reweighted no rollout' warnings."
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        tr = make(Recording, tiny, tmp, steps=steps, reward_funcs=[accuracy, style], hara=hara)
+        tr.train()
+    return tr, [str(w.message) for w in caught if 'reweighted no rollout' in str(w.message)]
+
+
+def reweighted_fracs(tr) -> list:
+    return [h['hara/reweighted_frac'] for h in tr.state.log_history if 'hara/reweighted_frac' in h]
+
+
+def test_accuracy_decides_the_outcome_by_default(tiny, tmp_path, capsys):
+    """Accuracy + a graded format score: accuracy (the first function) makes the outcome groups,
+    the weights move, and they are the oracle's with `outcomes=`."""
+    tr, warned = run_recorded(tiny, tmp_path, HaraConfig(novelty_kw=NOV))
+    line = capsys.readouterr().out
+    assert (
+        "outcome groups: the rollouts of one prompt with equal 'accuracy' (the first of the "
+        "reward functions ['accuracy', 'style']; HaraConfig.outcome_funcs)"
+    ) in line
+    rec, o = tr.hara_record, tr.out
+    assert rec['outcomes'].tolist() == [0.0] * 8 and len(set(rec['rewards'].tolist())) == 8
+    assert reweighted_fracs(tr) == [1.0, 1.0] and not warned
+    w = rec['weights'][rec['own']]
+    assert (w != 1).double().mean() > 0.9 and w.min() >= 0.5 and w.max() <= 2.0
+    mask = o['completion_mask'].bool()
+    want, _ = hara_advantages(
+        tr.hidden,
+        mask,
+        rec['rewards'],
+        rec['group_ids'],
+        advantages=rec['reweighting'].base,
+        outcomes=rec['outcomes'],
+        **NOV,
+    )
+    assert (o['advantages'] - want).abs().max() <= 1e-6
+
+
+def test_summed_graded_reward_leaves_every_rollout_alone_and_warns_once(tiny, tmp_path, capsys):
+    """Outcome = accuracy + style (the summed reward): every rollout is alone in its group, no
+    weight moves, `hara/reweighted_frac` is 0 in both steps and the trainer warns once."""
+    tr, warned = run_recorded(
+        tiny, tmp_path, HaraConfig(novelty_kw=NOV, outcome_funcs=[0, 'style'])
+    )
+    assert "with equal 'accuracy' + 'style'" in capsys.readouterr().out
+    assert reweighted_fracs(tr) == [0.0, 0.0] and (tr.hara_record['weights'] == 1).all()
+    assert len(warned) == 1
+    assert (
+        'no rollout for step 1: of 8 rollouts, 8 are alone in their outcome group and 0 have '
+        'advantage 0'
+    ) in warned[0]
+    assert "here 'accuracy' + 'style'; " in warned[0] and 'HaraConfig.outcome_funcs' in warned[0]
+
+
+def test_outcome_threshold_makes_binary_outcomes(tiny, tmp_path):
+    tr, _ = run_recorded(
+        tiny, tmp_path, HaraConfig(novelty_kw=NOV, outcome_funcs=['style'], outcome_threshold=0.3)
+    )
+    style_ = tr._hara_rewards_per_func[:, 1]  # (B,) weight 1
+    assert tr.hara_record['outcomes'].tolist() == (style_ >= 0.3).double().tolist()
+    assert tr.hara.outcome_funcs == ('style',) and tr.hara_outcome_cols == (1,)
+
+
+def test_outcome_funcs_must_name_a_reward_function(tiny, tmp_path):
+    with pytest.raises(ValueError, match=r"no reward function is named 'accuracy'; TRL names them"):
+        make(HaraGRPOTrainer, tiny, tmp_path, hara=HaraConfig(outcome_funcs=['accuracy']))
+    with pytest.raises(ValueError, match='index 1 is out of range'):
+        make(HaraGRPOTrainer, tiny, tmp_path, hara=HaraConfig(outcome_funcs=[1]))
+
+
+# --- TRL's conventions: TrlParser and YAML, refusals, the saved config, the example script -------
+
+
+def test_every_field_through_trlparser_cli_and_yaml(tmp_path):
+    from trl import TrlParser
+
+    base = ['--output_dir', str(tmp_path), '--use_cpu', 'true', '--bf16', 'false']
+    want = HaraConfig(
+        kappa=0.5,
+        clip=(0.7, 1.5),
+        alpha=0.3,
+        L_b=8,
+        reg=0.1,
+        metric='w',
+        hidden_layer=-2,
+        span_sep_ids=['\n', 7],
+        novelty_kw=dict(bary_kw=dict(max_iter=5), normalize='none'),
+        forward_batch_size=4,
+        outcome_funcs=['accuracy', 1],
+        outcome_threshold=0.5,
+    )
+    cli = base + ['--kappa', '0.5', '--clip', '0.7', '1.5', '--alpha', '0.3', '--L_b', '8']
+    cli += ['--reg', '0.1', '--metric', 'w', '--hidden_layer', '-2', '--span_sep_ids', '\n', '7']
+    cli += ['--novelty_kw', '{"bary_kw": {"max_iter": 5}, "normalize": "none"}']
+    cli += ['--forward_batch_size', '4', '--outcome_funcs', 'accuracy', '1']
+    cli += ['--outcome_threshold', '0.5']
+    yml = tmp_path / 'c.yaml'
+    yml.write_text(
+        f'output_dir: {tmp_path}\nuse_cpu: true\nbf16: false\nkappa: 0.5\nclip: [0.7, 1.5]\n'
+        'alpha: 0.3\nL_b: 8\nreg: 0.1\nmetric: w\nhidden_layer: -2\nspan_sep_ids: ["\\n", 7]\n'
+        'novelty_kw: {bary_kw: {max_iter: 5}, normalize: none}\nforward_batch_size: 4\n'
+        'outcome_funcs: [accuracy, 1]\noutcome_threshold: 0.5\n'
+    )
+    for argv in (cli, ['--config', str(yml)]):
+        grpo, hara = TrlParser((GRPOConfig, HaraConfig)).parse_args_and_config(argv)
+        assert hara == want and grpo.output_dir == str(tmp_path)
+    # every field but those that exclude the ones set above differs from its default
+    default, rest = HaraConfig(), {'reweight', 'span_len', 'reweight_kw'}
+    assert all(
+        getattr(want, f.name) != getattr(default, f.name)
+        for f in fields(want)
+        if f.name not in rest
+    )
+    _, hara = TrlParser((GRPOConfig, HaraConfig)).parse_args_and_config(
+        base + ['--reweight', 'shear', '--reweight_kw', '{"width": 8}', '--hidden_layer', '1']
+    )
+    assert hara.reweight == 'shear' and hara.reweight_kw == {'width': 8}
+    _, hara = TrlParser((GRPOConfig, HaraConfig)).parse_args_and_config(base + ['--span_len', '4'])
+    assert hara.span_len == 4
+    for bad, msg in (
+        (['--clip', '0.7'], 'HaraConfig.clip must be two numbers (w_min, w_max), got [0.7]'),
+        (['--L_b', '16', '--novelty_kw', '{"L_b": 8}'], "novelty_kw['L_b'] is the field"),
+        (['--novelty_kw', '{"L_b": 8'], 'HaraConfig.novelty_kw must be a dict or a JSON object'),
+    ):
+        with pytest.raises(ValueError) as e:
+            TrlParser((GRPOConfig, HaraConfig)).parse_args_and_config(base + bad)
+        assert msg in str(e.value)
+
+
+@pytest.mark.parametrize(
+    'kw, msg',
+    [
+        (
+            dict(reweight='shear', reweight_kw={'bogus': 1}),
+            "HaraConfig.reweight_kw has an unknown option 'bogus' for reweight='shear': "
+            "shear_weights takes ['plan_kw', 'reg', 'solver', 'stride', 'warn', 'width']",
+        ),
+        (
+            dict(reweight='entropy', reweight_kw={'lam': 0.9}),
+            "unknown option 'lam' for reweight='entropy': entropy_advantages takes ['rho']",
+        ),
+        (
+            dict(reweight_kw={'rho': 0.1}),
+            "HaraConfig.reweight_kw is not read with reweight='hara-tok'",
+        ),
+        (dict(reweight='none', reweight_kw={'rho': 0.2}), "reweight='none' takes no options"),
+        (dict(novelty_kw={'bogus': 1}), "HaraConfig.novelty_kw has an unknown option 'bogus'"),
+        (
+            dict(novelty_kw=['L_b', 8]),
+            "HaraConfig.novelty_kw must be a dict (a JSON object on the command line), got list",
+        ),
+        (
+            dict(L_b=16, novelty_kw={'L_b': 8}),
+            "HaraConfig.novelty_kw['L_b'] is the field HaraConfig.L_b (= 16): set it there, once",
+        ),
+        (dict(novelty_kw={'w_max': 3.0}), "novelty_kw['w_max'] is the field HaraConfig.clip"),
+        (dict(novelty_kw={'outcomes': None}), "is passed by HaraGRPOTrainer itself"),
+        (dict(reweight='shear', novelty_kw={'normalize': 'none'}), 'novelty_kw is not read'),
+        (dict(reweight='position', L_b=16), "HaraConfig.L_b is an option of HARA"),
+        (dict(span_len=2, span_sep_ids=[3]), 'HaraConfig.span_len and span_sep_ids both cut spans'),
+        (dict(span_sep_ids=[-1]), 'token ids are >= 0'),
+        (dict(span_sep_ids=[1.5]), 'span_sep_ids must hold integers or strings'),
+        (dict(outcome_funcs=['a', 'a']), 'HaraConfig.outcome_funcs holds an entry twice'),
+        (dict(outcome_threshold='high'), 'HaraConfig.outcome_threshold must be a finite real'),
+    ],
+)
+def test_refused_configs_name_the_key(kw, msg):
+    with pytest.raises((ValueError, TypeError)) as e:
+        HaraConfig(**kw)
+    assert msg in str(e.value)
+
+
+def test_separator_texts_become_token_ids(tiny, tmp_path, capsys):
+    """'\\n' is the one token the tokenizer makes of it; several tokens, or a text with no
+    tokenizer, are refused."""
+    tok = AutoTokenizer.from_pretrained(tiny)
+    nl = tok.convert_tokens_to_ids('\n')
+    tr = make(HaraGRPOTrainer, tiny, tmp_path, hara=HaraConfig(span_sep_ids='\n', novelty_kw=NOV))
+    assert tr.hara.span_sep_ids == (nl,) and f'span_sep_ids=({nl},)' in capsys.readouterr().out
+    with pytest.raises(
+        ValueError, match=r"the tokenizer makes 2 tokens \[\d+, \d+\] of 'ab', not one"
+    ):
+        make(HaraGRPOTrainer, tiny, tmp_path, hara=HaraConfig(span_sep_ids=['ab']))
+    with pytest.raises(ValueError, match="holds the text '\\\\n': a tokenizer turns it"):
+        oracle_advantages(
+            HaraConfig(span_sep_ids=['\n']),
+            torch.randn(2, 3, 4),
+            torch.ones(2, 3, dtype=torch.bool),
+            torch.tensor([0.0, 1.0]),
+            torch.zeros(2, dtype=torch.long),
+            torch.tensor([-1.0, 1.0]),
+            torch.zeros(2, 3, dtype=torch.long),
+        )
+    assert sep_token_ids(['\n', 5], tok) == (nl, 5)
+
+
+def test_hara_config_saved_beside_training_args(tiny, tmp_path, capsys):
+    hara = HaraConfig(novelty_kw=NOV, clip=[0.7, 1.5])
+    tr = make(HaraGRPOTrainer, tiny, tmp_path, steps=1, hara=hara)
+    assert (
+        "HaraGRPOTrainer: HARA on: reweight='hara-tok', kappa=1.0, clip=(0.7, 1.5), novelty_kw="
+        in capsys.readouterr().out
+    )
+    tr.train()
+    assert HaraConfig(**json.loads((tmp_path / 'out' / 'hara_config.json').read_text())) == tr.hara
+    tr.save_model(str(tmp_path / 'final'))
+    saved = json.loads((tmp_path / 'final' / 'hara_config.json').read_text())
+    assert (tmp_path / 'final' / 'training_args.bin').exists()
+    assert saved['clip'] == [0.7, 1.5] and saved['outcome_funcs'] == ['parity']
+    assert saved['novelty_kw'] == NOV and HaraConfig(**saved) == tr.hara
+
+
+def test_example_script_runs_offline(tiny, tmp_path):
+    """examples/grpo_hara.py as a user runs it: a tiny model, a JSONL file, GRPOConfig and
+    HaraConfig from the command line; two steps."""
+    data = tmp_path / 'train.jsonl'
+    data.write_text(
+        ''.join(
+            json.dumps(dict(prompt=f'<bos>{a}+{b}=', answer=str(a + b))) + '\n'
+            for a in range(10, 20)
+            for b in range(10, 20)
+        )
+    )
+    out = tmp_path / 'out'
+    flags = dict(
+        model_name_or_path=tiny,
+        dataset_path=data,
+        output_dir=out,
+        max_steps=2,
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_completion_length=4,
+        logging_steps=1,
+        save_strategy='no',
+        report_to='none',
+        use_cpu='true',
+        bf16='false',
+        disable_tqdm='true',
+        seed=0,
+        novelty_kw=json.dumps(NOV),
+    )
+    argv = [x for k, v in flags.items() for x in (f'--{k}', str(v))] + ['--clip', '0.7', '1.5']
+    env = {**os.environ, 'HF_HUB_OFFLINE': '1', 'TRANSFORMERS_OFFLINE': '1', 'OMP_NUM_THREADS': '1'}
+    r = subprocess.run(
+        [sys.executable, str(ROOT / 'examples' / 'grpo_hara.py'), *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "outcome groups: the rollouts of one prompt with equal 'accuracy'" in r.stdout
+    fracs = [float(x) for x in re.findall(r"'hara/reweighted_frac': '?([0-9.e-]+)", r.stdout)]
+    assert len(fracs) == 2 and min(fracs) > 0  # the weights moved in both steps
+    saved = json.loads((out / 'hara_config.json').read_text())
+    assert saved['clip'] == [0.7, 1.5] and saved['outcome_funcs'] == ['accuracy']
+    assert saved['novelty_kw'] == NOV
+    assert (out / 'training_args.bin').exists() and (out / 'model.safetensors').exists()
 
 
 # --- the TRL setups people run: tools, several passes per generation, LoRA, bf16 ---------------

@@ -16,6 +16,7 @@ from hara_ref.hara.rollouts import (
     check_rollouts,
     check_scalar,
     check_binary,
+    check_outcomes,
     outcome_groups,
     pack_slots,
     group_mean,
@@ -575,6 +576,8 @@ def hara_novelty(
     # the dtype of every solve (float64: a float32 input gets float64's answer on its values; None:
     # the input's dtype, whose rounding floor `notes` names when a group meets it)
     compute_dtype: torch.dtype | None = torch.float64,
+    # (B,) labels whose equal values make the outcome groups (default: the rewards)
+    outcomes: torch.Tensor | None = None,
 ) -> Novelty:
     """Token and sequence novelty of every rollout relative to its outcome group's barycenter,
     linearized or exact (nbs/hara_math.ipynb §6)."""
@@ -588,6 +591,8 @@ def hara_novelty(
     )
     dtype = hidden.dtype
     hidden = hidden.to(compute_dtype or dtype)  # (B, T, d) a copy only for another dtype
+    if outcomes is not None:  # the outcome groups follow these labels, not the rewards
+        rewards = check_outcomes(outcomes, len(mask), mask.device)
     og, gsize, computed, slots, gc, group_notes = _computed_groups(rewards, group_ids, mask, keep)
     bk, fs = _solver_settings(hidden.dtype, metric, barycenter, bary_kw, final_plans, plan_kw)
     # (Y', L_b, d) supports, the solver's info and `Novelty` fields, its cap notes

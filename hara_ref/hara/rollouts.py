@@ -13,8 +13,8 @@ from ..rlvr.grpo import base_advantages, group_index
 
 # %% auto #0
 __all__ = ['check_rollouts', 'check_mask', 'check_labels', 'check_scalar', 'field_errors', 'check_binary', 'outcome_groups',
-           'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median', 'geometric_median',
-           'group_geometric_median', 'Reweighting', 'base_or_given', 'apply_weights']
+           'check_outcomes', 'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median',
+           'geometric_median', 'group_geometric_median', 'Reweighting', 'base_or_given', 'apply_weights']
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #e5fa9479
 def check_rollouts(
@@ -173,6 +173,22 @@ def outcome_groups(
     # (B,)
     _, og = torch.unique(torch.stack([group_ids.long(), rank], -1), dim=0, return_inverse=True)
     return og, torch.bincount(og)  # (B,), (Y,)
+
+# %% ../../nbs/3_hara/11_rollouts.ipynb #chkout01
+def check_outcomes(
+    outcomes,  # (B,) outcome labels, any numeric or bool dtype (numpy arrays too)
+    B: int,  # rollouts in the batch
+    device,  # where the batch lives
+) -> torch.Tensor:
+    "Outcome labels (B,) on `device`, detached, or an error naming the problem (shape, NaN, dtype)."
+    o = torch.as_tensor(outcomes, device=device).detach()
+    if tuple(o.shape) != (B,):
+        raise ValueError(f"outcomes must have shape (B,) = ({B},), got {tuple(o.shape)}")
+    if o.is_complex():
+        raise TypeError(f"outcomes must be real or bool labels, got {o.dtype}")
+    if o.is_floating_point() and not torch.isfinite(o).all():
+        raise ValueError("outcomes contain NaN/Inf")
+    return o
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #8140d8df
 def pack_slots(

@@ -140,6 +140,8 @@ def hara_advantages(
     w_max: float = 2.0,
     # relative novelty: 'group' (stage by stage, the default) | 'barycenter' (n / n̄_g)
     reference: str = 'group',
+    # (B,) labels whose equal values make the outcome groups (default: the rewards)
+    outcomes: torch.Tensor | None = None,
     # metric, alpha (0.25), L_b (32), reg (0.05), normalize ('unit'), bary_kw, final_plans,
     # plan_kw,
     **novelty_kw,
@@ -164,8 +166,9 @@ def hara_advantages(
         raise ValueError(f"reference must be 'group' or 'barycenter', got {reference!r}")
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
     A = base_or_given(rewards, group_ids, base, advantages, hidden.dtype)  # (B,)
+    keep = (A != 0) & (kappa != 0)  # (B,) rollouts whose weights can differ from 1
     nov = hara_novelty(
-        hidden, mask, rewards, group_ids, keep=(A != 0) & (kappa != 0), checked=True, **novelty_kw
+        hidden, mask, rewards, group_ids, keep=keep, checked=True, outcomes=outcomes, **novelty_kw
     )
     # (B, T)
     spans = (

@@ -5,79 +5,270 @@
 # %% ../../nbs/5_practice/24_trl.ipynb #ca7f5dd9
 from __future__ import annotations
 import inspect
+import json
+import numbers
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
 import torch
 from trl import GRPOTrainer  # absolute import: the installed TRL package, not this module
 from trl.models.utils import disable_gradient_checkpointing
 from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
 from ..hara.novelty import hara_novelty
-from ..hara.rollouts import step_boundaries, check_scalar
+from ..hara.rollouts import step_boundaries, check_scalar, outcome_groups
+from ..hara.baselines import shear_weights, entropy_advantages, position_advantages
 
 # %% auto #0
-__all__ = ['HaraConfig', 'check_hara_config', 'oracle_kwargs', 'oracle_advantages', 'dry_run', 'check_hidden_layer',
-           'rollout_labels', 'upcast', 'completion_hidden', 'scores_old_policy', 'HiddenTap', 'gather_rows',
-           'policy_order', 'to_policy_order', 'from_policy_order', 'weight_stats', 'combine_stats', 'HaraGRPOTrainer',
-           'hara_signals', 'batch_token_advantages', 'log_hara']
+__all__ = ['PASSED', 'AS_FIELD', 'BASELINE_FN', 'HaraConfig', 'dict_field', 'ids_or_names', 'kw_target', 'check_options',
+           'check_hara_config', 'oracle_kwargs', 'sep_token_ids', 'oracle_advantages', 'dry_run', 'check_hidden_layer',
+           'rollout_labels', 'outcome_columns', 'hara_summary', 'save_hara_config', 'upcast', 'completion_hidden',
+           'scores_old_policy', 'HiddenTap', 'gather_rows', 'policy_order', 'to_policy_order', 'from_policy_order',
+           'weight_stats', 'combine_stats', 'HaraGRPOTrainer', 'resolve_hara', 'hara_signals', 'batch_token_advantages',
+           'log_hara', 'nothing_reweighted']
 
 # %% ../../nbs/5_practice/24_trl.ipynb #61042050
 @dataclass
 class HaraConfig:
-    "What `HaraGRPOTrainer` does to TRL's advantages; None leaves the oracle's own default."
+    """What `HaraGRPOTrainer` does to TRL's advantages; None leaves the oracle's own default. TRL's
+    `TrlParser` reads it from the command line and YAML, like `GRPOConfig`."""
 
-    # one of `REWEIGHTS`, the names of `TrainConfig.reweight`: 'hara-seq' | 'hara-tok' | 'shear' |
-    # 'entropy' | 'position' | 'none' (TRL's advantages unchanged)
-    reweight: str = 'hara-tok'
-    # κ >= 0, strength of the reweighting (0: TRL's advantages, per token)
-    kappa: float = 1.0
-    clip: tuple = (0.5, 2.0)  # (w_min, w_max), the weight clip
-    alpha: float | None = None  # α of FGW
-    L_b: int | None = None  # barycenter size
-    reg: float | None = None  # entropic ε
-    metric: str | None = None  # novelty metric ('fgw', 'w', 'gw', 'embed', ...)
-    # index into the model's `hidden_states` (0: embeddings, -1: last layer)
-    hidden_layer: int = -1
-    span_len: int | None = None  # 'hara-tok' on spans: fixed windows of this many tokens ...
-    # ... or reasoning steps that end at these token ids (e.g. the id of '\n')
-    span_sep_ids: tuple | None = None
-    # more keywords for `hara_advantages` (bary_kw, plan_kw, normalize, ...)
-    novelty_kw: dict = field(default_factory=dict)
-    # keywords of a baseline (shear: width, stride, reg; entropy: rho; position: lam, style)
-    reweight_kw: dict = field(default_factory=dict)
-    # rows per extra forward (default: TRL's per_device_train_batch_size)
-    forward_batch_size: int | None = None
+    reweight: str = field(
+        default='hara-tok',
+        metadata={
+            'help': "'hara-tok' | 'hara-seq' | a baseline: 'shear' | 'entropy' | 'position' | "
+            "'none' (TRL's advantages unchanged)"
+        },
+    )
+    kappa: float = field(
+        default=1.0, metadata={'help': "κ >= 0, strength of the reweighting (0: TRL's advantages)"}
+    )
+    clip: list[float] = field(
+        default_factory=lambda: [0.5, 2.0],
+        metadata={'help': 'the weight clip, two numbers: w_min in [0, 1] and w_max >= 1'},
+    )
+    alpha: float | None = field(default=None, metadata={'help': 'α of FGW (oracle: 0.25)'})
+    L_b: int | None = field(default=None, metadata={'help': 'barycenter size (oracle: 32)'})
+    reg: float | None = field(default=None, metadata={'help': 'entropic ε (oracle: 0.05)'})
+    metric: str | None = field(
+        default=None, metadata={'help': "novelty metric: 'fgw' (oracle), 'w', 'gw', 'embed'"}
+    )
+    hidden_layer: int = field(
+        default=-1,
+        metadata={'help': "index into the model's hidden_states (0: embeddings, -1: last layer)"},
+    )
+    span_len: int | None = field(
+        default=None, metadata={'help': "'hara-tok' on spans: fixed windows of this many tokens"}
+    )
+    # list[str] is what the command line gives; integers (and strings of digits) are token ids
+    span_sep_ids: list[str] | None = field(
+        default=None,
+        metadata={
+            'help': "'hara-tok' on reasoning steps that end at these tokens: token ids, or texts "
+            "that the trainer's tokenizer makes one token of (a newline, say)"
+        },
+    )
+    novelty_kw: dict[str, Any] | str | None = field(
+        default_factory=dict,
+        metadata={
+            'help': "HARA's other options (bary_kw, plan_kw, normalize, reference, barycenter, "
+            "...); a JSON object on the command line"
+        },
+    )
+    reweight_kw: dict[str, Any] | str | None = field(
+        default_factory=dict,
+        metadata={
+            'help': "a baseline's options (shear: width, stride, reg, ...; entropy: rho; "
+            "position: lam, style); a JSON object on the command line"
+        },
+    )
+    forward_batch_size: int | None = field(
+        default=None,
+        metadata={'help': "rows per extra forward (default: TRL's per_device_train_batch_size)"},
+    )
+    # names as TRL's `reward_func_names` gives them, or indices (integers, strings of digits)
+    outcome_funcs: list[str] | None = field(
+        default=None,
+        metadata={
+            'help': "the reward functions whose weighted sum is a rollout's outcome, by TRL's name "
+            "or index (default: the first reward function)"
+        },
+    )
+    outcome_threshold: float | None = field(
+        default=None,
+        metadata={
+            'help': "outcome 1 where that sum is >= this, else 0 (default: the sum itself; an "
+            "outcome group holds exactly equal outcomes)"
+        },
+    )
 
     def __post_init__(self):
         check_hara_config(self)
 
+# %% ../../nbs/5_practice/24_trl.ipynb #cfgfld01
+def dict_field(name: str, v) -> dict:
+    "A dict field's value: a dict, or a JSON object as text (the command line); None is {}."
+    if v is None:
+        return {}
+    if isinstance(v, str):
+        try:
+            v = json.loads(v)
+        except json.JSONDecodeError as e:
+            raise ValueError(
+                f"{name} must be a dict or a JSON object, got {v!r} ({e.msg})"
+            ) from None
+    if not isinstance(v, dict):
+        raise ValueError(
+            f"{name} must be a dict (a JSON object on the command line), got "
+            f"{type(v).__name__} {v!r}"
+        )
+    return dict(v)
+
+
+def ids_or_names(name: str, v) -> tuple | None:
+    """A list field as a tuple: integers, and strings of digits (as the command line gives them),
+    are ids or indices, other strings texts or names; None stays None."""
+    if v is None:
+        return None
+    items = [v] if isinstance(v, (str, numbers.Integral)) else v
+    if not isinstance(items, (list, tuple)) or not items:
+        raise ValueError(f"{name} must be a non-empty list of integers or strings, got {v!r}")
+    out = []
+    for x in items:
+        if isinstance(x, bool) or not isinstance(x, (str, numbers.Integral)):
+            raise TypeError(f"{name} must hold integers or strings, got {x!r} ({type(x).__name__})")
+        out.append(x if isinstance(x, str) and not x.isdecimal() else int(x))
+    if len(set(out)) < len(out):
+        raise ValueError(f"{name} holds an entry twice: {v!r}")
+    return tuple(out)
+
+# %% ../../nbs/5_practice/24_trl.ipynb #cfgopt01
+# arguments the trainer passes itself: the batch, TRL's advantages, the outcomes
+PASSED = (
+    'hidden',
+    'mask',
+    'rewards',
+    'group_ids',
+    'base',
+    'advantages',
+    'granularity',
+    'keep',
+    'checked',
+    'outcomes',
+    'logits_entropy',
+    'log',
+)
+# arguments of the oracle that are `HaraConfig` fields
+AS_FIELD = dict(
+    kappa='kappa',
+    w_min='clip',
+    w_max='clip',
+    alpha='alpha',
+    L_b='L_b',
+    reg='reg',
+    metric='metric',
+    span_len='span_len',
+    boundaries='span_sep_ids',
+)
+# the function each baseline's `reweight_kw` goes to
+BASELINE_FN = dict(
+    shear=(shear_weights,), entropy=(entropy_advantages,), position=(position_advantages,)
+)
+
+
+def kw_target(reweight: str) -> tuple:
+    """Where `reweight`'s extra options go: the `HaraConfig` field that holds them, the functions
+    that take them, and the keys allowed there."""
+    hara = reweight in ('hara-seq', 'hara-tok')
+    fns = (hara_advantages, hara_novelty) if hara else BASELINE_FN.get(reweight, ())
+    keys = {
+        p.name
+        for f in fns
+        for p in inspect.signature(f).parameters.values()
+        if p.kind != p.VAR_KEYWORD
+    }
+    skip = set(PASSED) | (set(AS_FIELD) if hara else set())
+    return 'novelty_kw' if hara else 'reweight_kw', fns, sorted(keys - skip)
+
+
+def check_options(cfg: HaraConfig):
+    """Each key of `novelty_kw` / `reweight_kw` is an option of the function it goes to and set
+    nowhere else, else a ValueError naming it; HARA's fields unset under a baseline."""
+    name, fns, allowed = kw_target(cfg.reweight)
+    other = 'reweight_kw' if name == 'novelty_kw' else 'novelty_kw'
+    if getattr(cfg, other):
+        raise ValueError(
+            f"HaraConfig.{other} is not read with reweight={cfg.reweight!r} (its options go in "
+            f"{name}), got {getattr(cfg, other)!r}"
+        )
+    hara_only = [k for k in ('alpha', 'L_b', 'reg', 'metric') if getattr(cfg, k) is not None]
+    if name == 'reweight_kw' and hara_only:
+        raise ValueError(
+            f"HaraConfig.{hara_only[0]} is an option of HARA: reweight={cfg.reweight!r} does not "
+            "read it"
+        )
+    for k in getattr(cfg, name):
+        if name == 'novelty_kw' and k in AS_FIELD:
+            v = getattr(cfg, AS_FIELD[k])
+            now = '' if v is None else f" (= {v!r})"
+            raise ValueError(
+                f"HaraConfig.novelty_kw[{k!r}] is the field HaraConfig.{AS_FIELD[k]}{now}: set it "
+                "there, once"
+            )
+        if k in PASSED:
+            raise ValueError(f"HaraConfig.{name}[{k!r}] is passed by HaraGRPOTrainer itself")
+        if not fns:
+            raise ValueError(
+                f"HaraConfig.{name}: reweight={cfg.reweight!r} takes no options, got {k!r}"
+            )
+        if k not in allowed:
+            raise ValueError(
+                f"HaraConfig.{name} has an unknown option {k!r} for reweight={cfg.reweight!r}: "
+                f"{' and '.join(f.__name__ for f in fns)} take{'s' * (len(fns) == 1)} {allowed}"
+            )
+
 # %% ../../nbs/5_practice/24_trl.ipynb #b3d7ff50
 def check_hara_config(cfg: HaraConfig) -> HaraConfig:
-    "Raise a ValueError (TypeError: not a number) naming the first bad field of `cfg`; else `cfg`."
+    """`cfg`, its command-line forms made values in place (JSON texts, the clip pair, digit
+    strings), or a ValueError (TypeError: wrong type) naming the first bad field."""
     if cfg.reweight not in REWEIGHTS:
         raise ValueError(f"HaraConfig.reweight must be one of {REWEIGHTS}, got {cfg.reweight!r}")
     check_scalar('HaraConfig.kappa', cfg.kappa, 0)  # the oracle's own check, named after the field
     if not (isinstance(cfg.clip, (tuple, list)) and len(cfg.clip) == 2):
-        raise ValueError(f"HaraConfig.clip must be (w_min, w_max), got {cfg.clip!r}")
-    check_scalar('HaraConfig.clip[0] (w_min)', cfg.clip[0], 0, 1)
-    check_scalar('HaraConfig.clip[1] (w_max)', cfg.clip[1], 1)
+        raise ValueError(f"HaraConfig.clip must be two numbers (w_min, w_max), got {cfg.clip!r}")
+    cfg.clip = (
+        check_scalar('HaraConfig.clip[0] (w_min)', cfg.clip[0], 0, 1),
+        check_scalar('HaraConfig.clip[1] (w_max)', cfg.clip[1], 1),
+    )
     if cfg.L_b is not None:
         check_scalar('HaraConfig.L_b', cfg.L_b, 2, integer=True)
     if cfg.alpha is not None:
         check_scalar('HaraConfig.alpha', cfg.alpha, 0, 1)
     if cfg.reg is not None:
         check_scalar('HaraConfig.reg', cfg.reg, 0, open_low=True)
+    cfg.span_sep_ids = ids_or_names('HaraConfig.span_sep_ids', cfg.span_sep_ids)
     if (cfg.span_len is not None or cfg.span_sep_ids) and cfg.reweight != 'hara-tok':
         raise ValueError(
             "HaraConfig.span_len / span_sep_ids are spans of 'hara-tok', got "
             f"reweight={cfg.reweight!r}"
         )
+    if cfg.span_len is not None and cfg.span_sep_ids:
+        raise ValueError("HaraConfig.span_len and span_sep_ids both cut spans: give one")
     if cfg.span_len is not None:
         check_scalar('HaraConfig.span_len', cfg.span_len, 1, integer=True)
+    if any(not isinstance(s, str) and s < 0 for s in cfg.span_sep_ids or ()):
+        raise ValueError(f"HaraConfig.span_sep_ids: token ids are >= 0, got {cfg.span_sep_ids}")
     check_scalar('HaraConfig.hidden_layer', cfg.hidden_layer, integer=True)
     if cfg.forward_batch_size is not None:
         check_scalar('HaraConfig.forward_batch_size', cfg.forward_batch_size, 1, integer=True)
+    cfg.outcome_funcs = ids_or_names('HaraConfig.outcome_funcs', cfg.outcome_funcs)
+    if cfg.outcome_threshold is not None:
+        check_scalar('HaraConfig.outcome_threshold', cfg.outcome_threshold)
+    cfg.novelty_kw = dict_field('HaraConfig.novelty_kw', cfg.novelty_kw)
+    cfg.reweight_kw = dict_field('HaraConfig.reweight_kw', cfg.reweight_kw)
+    check_options(cfg)
     return cfg
 
 # %% ../../nbs/5_practice/24_trl.ipynb #a14fd7d6
@@ -88,6 +279,34 @@ def oracle_kwargs(cfg: HaraConfig) -> dict:
         k: getattr(cfg, k) for k in ('alpha', 'L_b', 'reg', 'metric') if getattr(cfg, k) is not None
     }
     return {**kw, **cfg.novelty_kw}
+
+# %% ../../nbs/5_practice/24_trl.ipynb #septok01
+def sep_token_ids(
+    seps,  # `HaraConfig.span_sep_ids`: token ids and texts, or None
+    tokenizer=None,  # turns texts into ids (None: only ids allowed)
+) -> tuple:
+    "The separators as token ids: ids as given, each text the one token `tokenizer` makes of it."
+    out = []
+    for s in seps or ():
+        if not isinstance(s, str):
+            out.append(int(s))
+            continue
+        if tokenizer is None:
+            raise ValueError(
+                f"HaraConfig.span_sep_ids holds the text {s!r}: a tokenizer turns it into a token "
+                "id (HaraGRPOTrainer uses the model's), or give the id"
+            )
+        ids = tokenizer.encode(s, add_special_tokens=False)
+        if len(ids) != 1:
+            raise ValueError(
+                f"HaraConfig.span_sep_ids: the tokenizer makes {len(ids)} tokens {ids} of {s!r}, "
+                "not one; give the separator's token id"
+            )
+        out.append(ids[0])
+    n = None if tokenizer is None else len(tokenizer)
+    if n is not None and any(i >= n for i in out):
+        raise ValueError(f"HaraConfig.span_sep_ids: {out} has ids beyond the {n} tokens")
+    return tuple(out)
 
 # %% ../../nbs/5_practice/24_trl.ipynb #5279db29
 def oracle_advantages(
@@ -100,6 +319,7 @@ def oracle_advantages(
     advantages: torch.Tensor,  # (B,) TRL's base advantages
     completion_ids: torch.Tensor | None = None,  # (B, T) token ids (for `span_sep_ids`)
     entropy: torch.Tensor | None = None,  # (B, T) token entropies (for 'entropy')
+    outcomes: torch.Tensor | None = None,  # (B,) outcome labels (default: the rewards)
 ) -> tuple:
     """Token advantages (B, T) and the `Reweighting` record, from the oracle that `cfg.reweight`
     names."""
@@ -108,7 +328,8 @@ def oracle_advantages(
             cfg.reweight,
             hidden,
             mask,
-            rewards,
+            # SHEAR's opposite outcomes; the others read advantages only
+            rewards if outcomes is None else outcomes,
             group_ids,
             advantages=advantages,
             logits_entropy=entropy,
@@ -116,12 +337,8 @@ def oracle_advantages(
         )
     bnd = None
     if cfg.span_sep_ids:
-        # (B, T)
-        bnd = step_boundaries(
-            torch.isin(
-                completion_ids, torch.as_tensor(cfg.span_sep_ids, device=completion_ids.device)
-            )
-        )
+        sep = torch.tensor(sep_token_ids(cfg.span_sep_ids), device=completion_ids.device)  # (n,)
+        bnd = step_boundaries(torch.isin(completion_ids, sep))  # (B, T)
     return hara_advantages(
         hidden,
         mask,
@@ -137,29 +354,25 @@ def oracle_advantages(
         kappa=cfg.kappa,
         w_min=cfg.clip[0],
         w_max=cfg.clip[1],
+        outcomes=outcomes,
         **oracle_kwargs(cfg),
     )
 
 # %% ../../nbs/5_practice/24_trl.ipynb #05e86d42
 def dry_run(cfg: HaraConfig, d: int = 8):
-    """Check option names against the oracle's signature and run it once, cheaply, on a synthetic
-    batch: bad options fail now."""
+    """Run the oracle `cfg` names once, cheaply, on a synthetic batch: a value it rejects fails
+    now."""
     if cfg.reweight in ('hara-seq', 'hara-tok'):
-        known = set(inspect.signature(hara_advantages).parameters) | set(
-            inspect.signature(hara_novelty).parameters
-        )
-        bad = sorted(set(oracle_kwargs(cfg)) - known)
-        if bad:
-            raise ValueError(f"HaraConfig: the oracle has no option(s) {bad}")
         budget = {
-            k: {**(oracle_kwargs(cfg).get(k) or {}), **v}
+            k: {**(cfg.novelty_kw.get(k) or {}), **v}
             for k, v in (
                 ('bary_kw', dict(max_iter=1, inner_iter=5)),
                 ('plan_kw', dict(num_iter_max=5)),
             )
-            if k in known
         }
         cfg = replace(cfg, novelty_kw={**cfg.novelty_kw, **budget})
+    if cfg.span_sep_ids:  # texts become ids with the model's tokenizer later: stand-in ids here
+        cfg = replace(cfg, span_sep_ids=[0 if isinstance(s, str) else s for s in cfg.span_sep_ids])
     # its own generator: the global random state is left as it is
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(8, 6, d, generator=g)  # (B, T, d)
@@ -200,14 +413,83 @@ def rollout_labels(
     rewards_per_func: torch.Tensor,
     reward_weights: torch.Tensor,  # (F,) TRL's reward weights
     num_generations: int,  # G, size of TRL's contiguous prompt blocks
+    # the reward functions whose weighted sum is the outcome (default: all, i.e. the reward)
+    outcome_cols: tuple | None = None,
+    outcome_threshold: float | None = None,  # outcome 1 where that sum >= this, else 0
 ) -> tuple:
-    """Rewards (B,) as TRL sums them and prompt ids (B,) = index // G; an unscorable rollout gets an
-    id of its own."""
+    """Rewards (B,) as TRL sums them, prompt ids (B,) = index // G and outcomes (B,); a rollout
+    unscorable, or with no outcome, gets an id of its own."""
+    w = rewards_per_func * reward_weights[None]  # (B, F)
     bad = torch.isnan(rewards_per_func).all(1)  # (B,)
-    r = (rewards_per_func * reward_weights[None]).nansum(1).masked_fill(bad, 0.0)  # (B,)
+    r = w.nansum(1).masked_fill(bad, 0.0)  # (B,)
+    cols = list(range(w.shape[1]) if outcome_cols is None else outcome_cols)
+    none = torch.isnan(rewards_per_func[:, cols]).all(1)  # (B,) no outcome function scored it
+    o = w[:, cols].nansum(1)  # (B,)
+    if outcome_threshold is not None:
+        o = (o >= outcome_threshold).to(o.dtype)
     B = len(r)
     i = torch.arange(B, device=r.device)
-    return r, torch.where(bad, B + i, i // num_generations)  # (B,), (B,)
+    return r, torch.where(bad | none, B + i, i // num_generations), o.masked_fill(none, 0.0)
+
+# %% ../../nbs/5_practice/24_trl.ipynb #outcol01
+def outcome_columns(
+    cfg: HaraConfig,
+    names: list,  # TRL's `reward_func_names`
+) -> tuple:
+    """Indices of the reward functions that decide the outcome: `cfg.outcome_funcs` by name or
+    index, by default the first."""
+    if cfg.outcome_funcs is None:
+        return (0,)
+    cols = []
+    for x in cfg.outcome_funcs:
+        if isinstance(x, str):
+            hits = [i for i, n in enumerate(names) if n == x]
+            if len(hits) != 1:
+                raise ValueError(
+                    f"HaraConfig.outcome_funcs: {'no' if not hits else 'more than one'} reward "
+                    f"function is named {x!r}; TRL names them {names} (an index picks one)"
+                )
+            x = hits[0]
+        elif not 0 <= x < len(names):
+            raise ValueError(
+                f"HaraConfig.outcome_funcs: index {x} is out of range for the reward functions "
+                f"{names}"
+            )
+        cols.append(x)
+    if len(set(cols)) < len(cols):
+        raise ValueError(f"HaraConfig.outcome_funcs picks a reward function twice: {cols}")
+    return tuple(cols)
+
+
+def hara_summary(cfg: HaraConfig, names: list) -> str:
+    "One line: what `HaraGRPOTrainer` does with `cfg` and TRL's reward functions `names`."
+    if cfg.reweight == 'none':
+        return "HARA off (reweight='none'): TRL's advantages, unchanged"
+    default = HaraConfig()
+    kw = [
+        f"{k}={v!r}"
+        for k, v in asdict(cfg).items()
+        if k not in ('outcome_funcs', 'outcome_threshold')
+        and (k in ('reweight', 'kappa', 'clip') or v != getattr(default, k))
+    ]
+    cols = outcome_columns(cfg, names)
+    what = ' + '.join(repr(names[c]) for c in cols)
+    if cfg.outcome_funcs is None and len(names) > 1:
+        what += f" (the first of the reward functions {names}; HaraConfig.outcome_funcs)"
+    how = (
+        f"equal {what}"
+        if cfg.outcome_threshold is None
+        else f"{what} >= {cfg.outcome_threshold} (1) or not (0)"
+    )
+    return f"HARA on: {', '.join(kw)}; outcome groups: the rollouts of one prompt with {how}"
+
+
+def save_hara_config(cfg: HaraConfig, output_dir) -> Path:
+    "Write `cfg` as JSON to `output_dir/hara_config.json` (`HaraConfig(**json)` reads it back)."
+    path = Path(output_dir) / 'hara_config.json'
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(cfg), indent=2, default=str) + '\n')
+    return path
 
 # %% ../../nbs/5_practice/24_trl.ipynb #c4e5a0b1
 def upcast(h: torch.Tensor) -> torch.Tensor:
@@ -358,11 +640,24 @@ class HaraGRPOTrainer(GRPOTrainer):
         hara = HaraConfig() if hara is None else hara
         if not isinstance(hara, HaraConfig):
             raise TypeError(f"hara must be a HaraConfig, got {type(hara).__name__}")
-        self.hara, self.hara_record = check_hara_config(hara), None
+        self.hara, self.hara_record, self._hara_warned = check_hara_config(hara), None, False
         dry_run(hara)  # bad options fail before TRL loads the model
         super().__init__(*args, **kwargs)
         if needs_hidden(hara.reweight):
             check_hidden_layer(self.model, hara.hidden_layer)
+        resolve_hara(self)
+
+    def train(self, *args, **kwargs):
+        "TRL's training, with `hara_config.json` written to `output_dir` first."
+        if self.args.should_save:
+            save_hara_config(self.hara, self.args.output_dir)
+        return super().train(*args, **kwargs)
+
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        "TRL's save (weights, tokenizer, `training_args.bin`), and `hara_config.json` beside them."
+        super()._save(output_dir, state_dict=state_dict)
+        if self.args.should_save:
+            save_hara_config(self.hara, output_dir or self.args.output_dir)
 
     def _calculate_rewards(self, *args, **kwargs):
         "TRL's gathered rewards (B, F), kept for HARA's outcome groups (TRL does not return them)."
@@ -413,6 +708,19 @@ class HaraGRPOTrainer(GRPOTrainer):
     def _hara_log(self, out, t_forward, t_total):
         log_hara(self, out, t_forward, t_total)
 
+# %% ../../nbs/5_practice/24_trl.ipynb #rslv0001
+def resolve_hara(trainer):
+    """Set `trainer.hara` to the configuration as it runs and `trainer.hara_outcome_cols`; print
+    the one line that says what HARA does."""
+    cfg, names = trainer.hara, list(trainer.reward_func_names)
+    cfg = replace(
+        cfg, span_sep_ids=list(sep_token_ids(cfg.span_sep_ids, trainer._tokenizer)) or None
+    )
+    cols, line = outcome_columns(cfg, names), hara_summary(cfg, names)
+    by = [names[c] for c in cols] if len(set(names)) == len(names) else list(cols)
+    trainer.hara, trainer.hara_outcome_cols = replace(cfg, outcome_funcs=by), cols
+    trainer.accelerator.print(f"HaraGRPOTrainer: {line}")
+
 # %% ../../nbs/5_practice/24_trl.ipynb #04cb439d
 def hara_signals(trainer, out: dict) -> tuple:
     """What the reweighting reads besides rewards: hidden states (b, T, d) and/or token entropies
@@ -451,8 +759,12 @@ def batch_token_advantages(trainer, out: dict, hidden, entropy) -> torch.Tensor:
     hidden, entropy = (None if x is None else to_policy_order(x, order) for x in (hidden, entropy))
     A, (b, T), p = out['advantages'], own.shape, acc.process_index  # (b,)
     # (P b,) each
-    rewards, gid = rollout_labels(
-        trainer._hara_rewards_per_func, trainer.reward_weights.to(A.device), G
+    rewards, gid, outcomes = rollout_labels(
+        trainer._hara_rewards_per_func,
+        trainer.reward_weights.to(A.device),
+        G,
+        trainer.hara_outcome_cols,
+        cfg.outcome_threshold,
     )
     # a group spans processes: all see the whole batch
     if acc.num_processes > 1 and (b % G != 0 or cfg.reweight == 'entropy'):
@@ -463,21 +775,29 @@ def batch_token_advantages(trainer, out: dict, hidden, entropy) -> torch.Tensor:
         rows = slice(p * b, (p + 1) * b)
     # whole groups on each process
     else:
-        rewards, gid, rows = rewards[p * b : (p + 1) * b], gid[p * b : (p + 1) * b], slice(0, b)
-    adv, rw = oracle_advantages(cfg, hidden, mask.bool(), rewards, gid, A, ids, entropy)  # (B', T')
+        rows = slice(p * b, (p + 1) * b)
+        rewards, gid, outcomes, rows = rewards[rows], gid[rows], outcomes[rows], slice(0, b)
+    # (B', T')
+    adv, rw = oracle_advantages(cfg, hidden, mask.bool(), rewards, gid, A, ids, entropy, outcomes)
     tool = out['completion_mask'].bool() & ~own  # (b, T) tool results: weight 1
     w = torch.where(tool, 1.0, from_policy_order(rw.weights[rows, :T], order))  # (b, T)
     adv = from_policy_order(adv[rows, :T], order)  # (b, T)
     adv = torch.where(tool, out['advantages'][:, None].to(adv.dtype), adv)  # (b, T)
     trainer.hara_record = dict(
-        reweighting=rw, rows=rows, rewards=rewards, group_ids=gid, weights=w, own=own
+        reweighting=rw,
+        rows=rows,
+        rewards=rewards,
+        group_ids=gid,
+        outcomes=outcomes,
+        weights=w,
+        own=own,
     )
     return adv.to(out['advantages'].dtype)  # (b, T)
 
 # %% ../../nbs/5_practice/24_trl.ipynb #ddfbb478
 def log_hara(trainer, out: dict, t_forward: float, t_total: float):
-    """Log `hara/weight_{mean,std,min,max}`, `hara/bary_iters`, `hara/time` and `hara/time_forward`
-    next to TRL's metrics."""
+    """Log `hara/weight_{mean,std,min,max}`, `hara/bary_iters`, `hara/time`, `hara/time_forward`
+    and `hara/reweighted_frac` next to TRL's metrics; warn once if nothing was reweighted."""
     acc, rec = trainer.accelerator, trainer.hara_record
     rw, rows = rec['reweighting'], rec['rows']
     st = weight_stats(rec['weights'], rec['own'], rw.base[rows])  # (5,)
@@ -492,5 +812,29 @@ def log_hara(trainer, out: dict, t_forward: float, t_total: float):
     m.update(time_forward=times[0].item(), time=times[1].item())
     if rw.novelty is not None:
         m['bary_iters'] = times[2].item()
+    moved = ((rec['weights'] != 1) & rec['own']).any(1)  # (b,) a weight other than 1
+    n = acc.gather(torch.stack([moved.sum(), rec['own'].any(1).sum()])[None]).sum(0)  # (2,)
+    m['reweighted_frac'] = (n[0] / n[1]).item() if n[1] > 0 else 0.0
     for k, v in m.items():
         trainer._metrics['train'][f'hara/{k}'].append(v)
+    if m['reweighted_frac'] == 0 and trainer.hara.kappa != 0 and not trainer._hara_warned:
+        trainer._hara_warned = True  # once per trainer
+        if acc.is_main_process:
+            warnings.warn(nothing_reweighted(trainer), RuntimeWarning, stacklevel=2)
+
+
+def nothing_reweighted(trainer) -> str:
+    "The warning when HARA reweighted no rollout in a step: the counts that say why."
+    rec, names, cols = trainer.hara_record, trainer.reward_func_names, trainer.hara_outcome_cols
+    og, sizes = outcome_groups(rec['outcomes'], rec['group_ids'])  # (B',), (Y,)
+    alone, zero = int((sizes[og] == 1).sum()), int((rec['reweighting'].base == 0).sum())
+    t = trainer.hara.outcome_threshold
+    what = ' + '.join(repr(names[c]) for c in cols) + ('' if t is None else f" >= {t}")
+    return (
+        f"HaraGRPOTrainer: HARA reweighted no rollout for step {trainer.state.global_step + 1}: of "
+        f"{len(og)} rollouts, {alone} are alone in their outcome group and {zero} have advantage "
+        f"0. An outcome group is the rollouts of one prompt with the same outcome, here {what}; "
+        "where that differs between nearly all rollouts (a graded or summed score), name the "
+        "reward functions that say whether a rollout is correct in HaraConfig.outcome_funcs, or "
+        "set HaraConfig.outcome_threshold. hara/reweighted_frac is logged every step."
+    )
