@@ -10,6 +10,8 @@ is a read on a GPU but does nothing on a CPU tensor, so it cannot be seen here."
 
 import collections
 import math
+import runpy
+from pathlib import Path
 import pytest
 import torch
 import hara_ref.appendix.barycenters as bary
@@ -18,19 +20,10 @@ import hara_ref.hara.novelty as novelty
 from hara_ref.appendix.barycenters import HostReads, group_barycenters
 from hara_ref.appendix.newton import semidual_newton, newton_start, newton_trial
 from hara_ref.appendix.sinkhorn import sinkhorn_log, _setup, _iterate
-from hara_ref.appendix.bench import bench_batch
+from hara_ref.appendix.bench import bench_batch, small_batch
 from hara_ref.hara.weights import hara_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
 from test_sinkhorn import problem, one_thread  # noqa: F401 (autouse fixture)
-
-
-def small_batch():
-    "8 rollouts x 12 tokens x d = 16, one prompt, rewards 4/4: two outcome groups of 4 (float32)."
-    g = torch.Generator().manual_seed(1)
-    h = torch.randn(8, 12, 16, generator=g)
-    rewards = torch.tensor([1.0, 1, 1, 1, 0, 0, 0, 0])
-    return h, torch.ones(8, 12, dtype=torch.bool), rewards, torch.zeros(8, dtype=torch.long)
-
 
 # reads outside the loop: input checks, the groups read once, the final plans, the report
 SETUP = 25
@@ -189,3 +182,10 @@ def test_padding_rows_cost_nothing_whatever_they_hold():
     Z1, i1 = group_barycenters(junk, mask, group, warn=False)
     torch.testing.assert_close(Z1, Z0, atol=1e-12, rtol=0)
     assert torch.isfinite(i1['token_cost']).all() and (i1['plans'][~mask] == 0).all()
+
+
+def test_the_small_bench_tool_times_the_small_batch():
+    "`tools/bench_hara_small.py` (which runs on old checkouts too) times `small_batch`'s batch."
+    tool = runpy.run_path(str(Path(__file__).parents[1] / 'tools' / 'bench_hara_small.py'))
+    for x, y in zip(tool['small_batch'](), small_batch()):
+        assert torch.equal(x, y)
