@@ -4,13 +4,15 @@
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #28b53e19
 from __future__ import annotations
+import collections
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from .sinkhorn import sinkhorn_log
-from ..ot.entropic import ConvergenceWarning
-from .newton import semidual_newton
+from ..ot.entropic import ConvergenceWarning, stop_floor
+from .newton import semidual_newton, newton_start, newton_trial
 from ..ot.fgw import chain_positions, normalize_features, feature_norms
 
 # chapter 08_linearization's pieces, re-exported: `from hara_ref.appendix.barycenters import ...`
@@ -27,8 +29,8 @@ from hara_ref.ot.lfgw import (
 )
 
 # %% auto #0
-__all__ = ['feature_scales', 'group_weights', 'rollout_costs', 'anderson_step', 'anderson_history', 'anderson_next',
-           'fixed_point_error', 'group_barycenters', 'linearized_barycenter']
+__all__ = ['TRIALS', 'feature_scales', 'group_weights', 'rollout_costs', 'anderson_step', 'anderson_history', 'anderson_next',
+           'fixed_point_error', 'group_barycenters', 'linearized_barycenter', 'HostReads']
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #bcdb1cb1
 def feature_scales(
@@ -89,45 +91,37 @@ def rollout_costs(
     mask: torch.Tensor,  # (N, T) bool, True on real tokens
     Z: torch.Tensor,  # (Y, L_b, d) barycenter supports of each group
     gid: torch.Tensor,  # (N,) group of each rollout (clamped to >= 0)
-    rows: torch.Tensor,  # (A,) sorted rollouts to compute
-    ends: torch.Tensor,  # (N,) one past each rollout's last real token
     alpha: float,  # FGW trade-off
-) -> torch.Tensor:  # (A, T, L_b) $\tilde M_{i,tj}$, 0 off the mask
-    """`barycenter_cost` for the rollouts `rows`, each against its own group's $(Z_g, \\bar\\tau)$:
-    one $h_iZ_g^\\top$ product per rollout, on its real rows."""
-    # `rows` is sorted: all rollouts = no gather
-    sel = (lambda x: x) if len(rows) == h.shape[0] else (lambda x: x[rows])
-    hZ = h.new_zeros(len(rows), h.shape[1], Z.shape[-2])  # (A, T, L_b)
-    for k, (i, g, e) in enumerate(zip(rows.tolist(), gid[rows].tolist(), ends[rows].tolist())):
-        # (e, L_b) the only O(T L_b d) work: no copy of h, no padding rows
-        torch.mm(h[i, :e], Z[g].T, out=hZ[k, :e])
-    zz = (Z * Z).sum(-1)[gid[rows]]  # (A, L_b)
+) -> torch.Tensor:  # (N, T, L_b) $\tilde M_{i,tj}$, 0 off the mask
+    """`barycenter_cost` of every rollout against its own group's $(Z_g, \\bar\\tau)$: one batched
+    product $h_iZ_{g_i}^\\top$ on the padded hidden states."""
+    hZ = torch.bmm(h, Z[gid].transpose(-1, -2))  # (N, T, L_b) the only O(N T L_b d) work
+    zz = (Z * Z).sum(-1)[gid]  # (N, L_b)
     # (1-α)|s h - z|^2
     M = (
-        hZ.mul_(-2 * sel(s).unsqueeze(-1))
-        .add_(sel(hh).unsqueeze(-1))
+        hZ.mul_(-2 * s.unsqueeze(-1))
+        .add_(hh.unsqueeze(-1))
         .add_(zz.unsqueeze(-2))
         .clamp_min_(0)
         .mul_(1 - alpha)
     )
     if pos is not None:
-        M.add_(sel(pos))  # + 2α(τ - τ̄)^2, built once
-    return M.mul_(sel(mask).unsqueeze(-1))  # (A, T, L_b)
+        M.add_(pos)  # + 2α(τ - τ̄)^2, built once
+    return M.masked_fill_(~mask.unsqueeze(-1), 0.0)  # (N, T, L_b) padding rows: whatever h holds
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #b2179cdf
-def _feature_step(plans, h, s, lam, gid, rows, ends, n_groups):
-    """Feature step for the groups of `rows`: $Z_g = \\operatorname{diag}(1/b'_g)\\sum_{i\\in
-    g}\\lambda_i (σ_i\\odot T_i)^\\top h_i$, one product per rollout; (Y, L_b, d), 0 for other
-    groups."""
-    P = plans * (lam[rows].unsqueeze(-1) * s[rows]).unsqueeze(-1)  # (A, T, L_b) lam_i s_t T_i[t, j]
-    TH = h.new_zeros(n_groups, plans.shape[-1], h.shape[-1])  # (Y, L_b, d)
-    for k, (i, g, e) in enumerate(zip(rows.tolist(), gid[rows].tolist(), ends[rows].tolist())):
-        TH[g].addmm_(P[k, :e].T, h[i, :e])  # (L_b, d)
-    # (Y, L_b)
-    mass = h.new_zeros(n_groups, plans.shape[-1]).index_add_(
-        0, gid[rows], lam[rows].unsqueeze(-1) * plans.sum(-2)
+def _feature_step(plans, h, s, lam, gid, n_groups):
+    """Feature step of every group: $Z_g = \\operatorname{diag}(1/b'_g)\\sum_{i\\in g}\\lambda_i
+    (σ_i\\odot T_i)^\\top h_i$, one batched product; plans (N, T, L_b) -> (Y, L_b, d), 0 for a
+    group without rollouts."""
+    P = plans * (lam.unsqueeze(-1) * s).unsqueeze(-1)  # (N, T, L_b) lam_i s_t T_i[t, j]
+    Y = max(n_groups, 1)  # rollouts in no group have lam = 0: they add 0 to group 0
+    # (Y, L_b, d) sum over each group's (L_b, d) products
+    TH = h.new_zeros(Y, plans.shape[-1], h.shape[-1]).index_add_(
+        0, gid, torch.bmm(P.transpose(-1, -2), h)
     )
-    return TH / mass.clamp_min(torch.finfo(h.dtype).tiny).unsqueeze(-1)  # (Y, L_b, d)
+    mass = h.new_zeros(Y, plans.shape[-1]).index_add_(0, gid, lam.unsqueeze(-1) * plans.sum(-2))
+    return (TH / mass.clamp_min(torch.finfo(h.dtype).tiny).unsqueeze(-1))[:n_groups]
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #2e5791ef
 def anderson_step(
@@ -148,7 +142,8 @@ def anderson_step(
     )
     # invalid entries: mix = 0
     gram = gram + torch.diag_embed(torch.where(ok, ridge, torch.ones_like(ridge)))
-    mix = torch.linalg.solve(gram, dF @ F[:, -1].unsqueeze(-1))  # (Y, n_mem, 1)
+    # (Y, n_mem, 1) `solve_ex`: no error check, so nothing is read back
+    mix = torch.linalg.solve_ex(gram, dF @ F[:, -1].unsqueeze(-1))[0]
     return X[:, -1] + F[:, -1] - ((dX + dF) * mix).sum(1)  # (Y, L_b d)
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #7ddfcfba
@@ -164,33 +159,32 @@ def anderson_history(Y: int, n_mem: int, size: int, like: torch.Tensor) -> dict:
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #0344eb6d
 def anderson_next(
-    hist: dict,  # from `anderson_history`, updated in place
-    g: torch.Tensor,  # (Y_live,) live groups
-    Z: torch.Tensor,  # (Y_live, L_b, d) current iterates
-    FZ: torch.Tensor,  # (Y_live, L_b, d) their images Φ(Z)
-    change: torch.Tensor,  # (Y_live,) residuals max|Φ(Z) - Z|
-    # (Y_live,) bool, groups that stop now (they take the plain step)
+    hist: dict,  # from `anderson_history`, updated in place for the groups that step
+    Z: torch.Tensor,  # (Y, L_b, d) current iterates
+    FZ: torch.Tensor,  # (Y, L_b, d) their images Φ(Z)
+    change: torch.Tensor,  # (Y,) residuals max|Φ(Z) - Z|
+    # (Y,) bool, groups that stop now (they take the plain step)
     done: torch.Tensor,
+    step: torch.Tensor,  # (Y,) bool, groups that step now (the others keep their history)
     start: float = 1e-2,  # restart while the residual is above this
-) -> torch.Tensor:  # (Y_live, L_b, d) next iterates
-    """Safeguarded Anderson step of the live groups: restart on growth or while large; plain step
-    without history."""
-    # (Y_live,)
+) -> torch.Tensor:  # (Y, L_b, d) next iterates (of the groups that step)
+    """Safeguarded Anderson step of the groups that step: restart on growth or while large; plain
+    step without history."""
+    # (Y,)
     cnt = torch.where(
-        (change > hist['prev'][g]) | (change > start),
-        torch.zeros_like(hist['count'][g]),
-        hist['count'][g],
+        (change > hist['prev']) | (change > start),
+        torch.zeros_like(hist['count']),
+        hist['count'],
     )
-    hist['prev'][g] = change
-    hist['X'][g] = torch.cat([hist['X'][g, 1:], Z.flatten(1).unsqueeze(1)], 1)  # (Y_live, m+1, n)
-    hist['F'][g] = torch.cat([hist['F'][g, 1:], (FZ - Z).flatten(1).unsqueeze(1)], 1)
-    hist['count'][g] = cnt = (cnt + 1).clamp(max=hist['X'].shape[1])
-    use = (cnt >= 2) & ~done  # (Y_live,)
-    if not use.any():
-        return FZ
-    return torch.where(
-        use[:, None, None], anderson_step(hist['X'][g], hist['F'][g], cnt).view_as(Z), FZ
-    )
+    X = torch.cat([hist['X'][:, 1:], Z.flatten(1).unsqueeze(1)], 1)  # (Y, m+1, n)
+    F = torch.cat([hist['F'][:, 1:], (FZ - Z).flatten(1).unsqueeze(1)], 1)
+    cnt = (cnt + 1).clamp(max=X.shape[1])  # (Y,)
+    s3 = step[:, None, None]  # (Y, 1, 1)
+    hist['prev'] = torch.where(step, change, hist['prev'])
+    hist['X'], hist['F'] = torch.where(s3, X, hist['X']), torch.where(s3, F, hist['F'])
+    hist['count'] = torch.where(step, cnt, hist['count'])
+    use = (cnt >= 2) & ~done  # (Y,)
+    return torch.where(use[:, None, None], anderson_step(X, F, cnt).view_as(Z), FZ)
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #8b635c99
 def fixed_point_error(
@@ -209,6 +203,10 @@ def fixed_point_error(
     )
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #50c95d1b
+# Newton line-search trials per sweep
+TRIALS = 2
+
+
 @dataclass
 class _Barycenters:
     "`group_barycenters`' settings, problem and iterate: N rollouts of T tokens in Y groups."
@@ -223,8 +221,10 @@ class _Barycenters:
     inner_rtol: float  # inner tolerance relative to the group's last change of Z
     inner_iter: int  # most inner solver steps per barycenter iteration
     omega: float | str  # Sinkhorn over-relaxation
-    check_every: int  # Sinkhorn's check interval
+    check_every: int  # sweeps between two checks for a live group; Sinkhorn's check interval
     newton: bool  # plans by `semidual_newton` (else `sinkhorn_log`)
+    max_iter: int  # most barycenter iterations of a group
+    trials: int  # Newton line-search trials per sweep
     # the problem
     h: torch.Tensor  # (N, T, d) hidden states (never copied, unless nan/inf off the mask)
     s: torch.Tensor  # (N, T) feature scales
@@ -233,27 +233,46 @@ class _Barycenters:
     mask: torch.Tensor  # (N, T) bool, True on real tokens
     gid: torch.Tensor  # (N,) group of each rollout (clamped to >= 0)
     lam: torch.Tensor  # (N,) rollout weights within their group
-    a: torch.Tensor  # (N, T) token weights
+    a: torch.Tensor  # (N, T) token weights (0 for a rollout that takes no part)
     b: torch.Tensor  # (L_b,) node weights
-    ends: torch.Tensor  # (N,) one past each rollout's last real token
-    rows: torch.Tensor  # (R,) rollouts that take part
+    part: torch.Tensor  # (N,) bool, rollouts that take part (a real token and a group)
     tau_bar: torch.Tensor  # (L_b,) the chain positions of the nodes
     # the iterate
     Z: torch.Tensor | None = None  # (Y, L_b, d) barycenters
     live: torch.Tensor | None = None  # (Y,) bool, groups still iterating
-    plans: torch.Tensor | None = None  # (N, T, L_b) last plans
-    tok: torch.Tensor | None = None  # (N, T) their token costs
-    node: torch.Tensor | None = None  # (N, L_b) cost each rollout pays at each node
-    log_u: torch.Tensor | None = None  # (N, T) warm starts
-    log_v: torch.Tensor | None = None  # (N, L_b)
-    merr: torch.Tensor | None = None  # (N,) marginal errors of the last plans
+    M: torch.Tensor | None = None  # (N, T, L_b) costs of each rollout's current plan problem
+    st: object = None  # the inner solver's state of every rollout (`_Newton`, or `_Solved`)
     last: torch.Tensor | None = None  # (Y,) each group's last residual (its last change of Z)
     n_it: torch.Tensor | None = None  # (Y,) long, barycenter iterations of each group
     n_sk: torch.Tensor | None = None  # (Y,) long, inner steps each group waited for
-    errs: list | None = None  # largest residual of each iteration
+    errs: torch.Tensor | None = None  # (max_iter,) largest residual of each iteration
     past: torch.Tensor | None = None  # (Y, 3) each group's three residuals before the last
     dist: torch.Tensor | None = None  # (Y,) estimated distance to the fixed point
     hist: dict | None = None  # Anderson history (`anderson_history`), or None
+    sweeps: int = 0  # sweeps run
+    checks: int = 0  # host reads of the live groups
+    # the working set: after a compaction, the rollouts of the groups then live
+    groups: list | None = None  # group of each working rollout, on the host (-1: takes no part)
+    rows: torch.Tensor | None = None  # (W,) where the working rollouts are among the N (None: all)
+    full: dict | None = None  # the fields of all N rollouts, while the working set is smaller
+    # the result, after the iteration
+    plans: torch.Tensor | None = None  # (N, T, L_b) last plans
+    tok: torch.Tensor | None = None  # (N, T) their token costs
+    node: torch.Tensor | None = None  # (N, L_b) cost each rollout pays at each node
+    merr: torch.Tensor | None = None  # (N,) marginal errors of the last plans
+
+
+@dataclass
+class _Solved:
+    "The last Sinkhorn plans of every rollout (N, ...), under the names of chapter 30's `_Newton`."
+
+    T: torch.Tensor  # (N, T, L_b) plans
+    log_u: torch.Tensor  # (N, T) row potentials
+    log_v: torch.Tensor  # (N, L_b) column potentials
+    err: torch.Tensor  # (N,) marginal errors
+    n_item: torch.Tensor  # (N,) long, Sinkhorn iterations
+    done: torch.Tensor  # (N,) bool, solved against the current costs
+    thr: torch.Tensor  # (N,) stopping thresholds of the next solve
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #40878b34
 def _checked_groups(h, mask, group, n_groups, alpha, solver):
@@ -287,9 +306,9 @@ def _problem(h, mask, group, Y, weights, normalize, L_b, tol, stop_thr, **settin
     """The record of the N rollouts of h (N, T, d), mask (N, T) in the Y groups of `group` (N,),
     without its iterate."""
     h, s, hh = feature_scales(h, mask, normalize)  # (N, T, d), (N, T), (N, T)
-    T, eps = h.shape[1], torch.finfo(h.dtype).eps
-    present, gid = mask.any(-1) & (group >= 0), group.clamp(min=0)  # (N,), (N,)
-    lam = group_weights(group, present, Y, weights, h.dtype)  # (N,)
+    eps = torch.finfo(h.dtype).eps
+    part, gid = mask.any(-1) & (group >= 0), group.clamp(min=0)  # (N,), (N,)
+    lam = group_weights(group, part, Y, weights, h.dtype)  # (N,)
     tau_bar = chain_tau_bar(L_b, h.dtype, h.device)  # (L_b,)
     alpha = settings['alpha']
     # (N, T, L_b) position part of the cost, once
@@ -313,138 +332,271 @@ def _problem(h, mask, group, Y, weights, normalize, L_b, tol, stop_thr, **settin
         mask=mask,
         gid=gid,
         lam=lam,
-        a=mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1),  # (N, T)
+        # (N, T) a rollout that takes no part has no token weight (an absent OT problem)
+        a=(mask & part.unsqueeze(-1)).to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1),
         # (L_b,) shared by every problem
         b=torch.full((L_b,), 1 / L_b, dtype=h.dtype, device=h.device),
-        # (N,) one past the last real token
-        ends=torch.where(mask, torch.arange(1, T + 1, device=h.device), 0).amax(-1),
-        rows=present.nonzero().flatten(),  # (R,) rollouts that take part
+        part=part,
         tau_bar=tau_bar,
     )
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #5fad5bc9
+def _per_group(bar, x, how='sum'):
+    "Per-group sum (or 'amax') (Y,) of x (N,) over the rollouts that take part."
+    Y = max(bar.Y, 1)  # rollouts in no group add 0 to group 0
+    out = torch.zeros(Y, dtype=x.dtype, device=x.device)
+    x = x * bar.part
+    if how == 'sum':
+        return out.index_add_(0, bar.gid, x)[: bar.Y]
+    return out.scatter_reduce_(0, bar.gid, x, how)[: bar.Y]
+
+
 def _first_iterate(bar, anderson):
-    "Start the iterate of the record `bar`: Z (Y, L_b, d) and the buffers (N, ...), (Y, ...)."
-    (N, T, d), Y, L_b, h = bar.h.shape, bar.Y, len(bar.b), bar.h
-    bar.live = torch.zeros(Y, dtype=torch.bool, device=h.device)  # (Y,)
-    bar.live[bar.gid[bar.rows]] = True
+    """Start the iterate of the record `bar`: Z (Y, L_b, d) from the order-preserving plans, every
+    group with a rollout live, the plan problems of every rollout against Z, no residual yet."""
+    (N, _, d), Y, L_b, h = bar.h.shape, bar.Y, len(bar.b), bar.h
+    bar.live = _per_group(bar, torch.ones(N, dtype=torch.long, device=h.device)) > 0  # (Y,)
     # (Y, L_b, d) start; 0 for empty groups
-    bar.Z = _feature_step(
-        monotone_plan(bar.a[bar.rows], bar.b), h, bar.s, bar.lam, bar.gid, bar.rows, bar.ends, Y
-    )
-    # last plans of every rollout and their token costs, node costs
-    bar.plans, bar.tok, bar.node = h.new_zeros(N, T, L_b), h.new_zeros(N, T), h.new_zeros(N, L_b)
-    # warm starts, marginal errors
-    bar.log_u, bar.log_v, bar.merr = h.new_zeros(N, T), h.new_zeros(N, L_b), h.new_zeros(N)
-    bar.last, bar.errs = h.new_ones(Y), []
-    bar.n_it, bar.n_sk = torch.zeros(Y, dtype=torch.long), torch.zeros(Y, dtype=torch.long)
+    bar.Z = _feature_step(monotone_plan(bar.a, bar.b), h, bar.s, bar.lam, bar.gid, Y)
+    bar.last = h.new_ones(Y)  # (Y,) so the first plans are solved to inner_rtol
+    bar.n_it = torch.zeros(Y, dtype=torch.long, device=h.device)  # (Y,)
+    bar.n_sk = torch.zeros(Y, dtype=torch.long, device=h.device)  # (Y,)
+    bar.errs = h.new_full((max(bar.max_iter, 1),), -math.inf)  # (max_iter,)
     # each group's last three residuals, estimated error
     bar.past, bar.dist = h.new_full((Y, 3), math.inf), h.new_full((Y,), math.inf)
     bar.hist = anderson_history(Y, anderson, L_b * d, h) if anderson else None
+    bar.groups = torch.where(bar.part, bar.gid, -1).tolist()  # one read, for the compactions
+    _restart_plans(bar, bar.part)  # the first plan problems, cold
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #e9c59769
-def _plans(bar, r, it):
-    "Plans (A, T, L_b) of the A rollouts `r` against their groups' Z at iteration `it`."
-    # (A, T, L_b)
-    M = rollout_costs(
-        bar.h, bar.s, bar.hh, bar.pos, bar.mask, bar.Z, bar.gid, r, bar.ends, bar.alpha
-    )
-    thr = (bar.inner_rtol * bar.last[bar.gid[r]]).clamp(
-        min=bar.stop_thr
-    )  # (A,) per-problem tolerances
-    P, lg = _inner_solve(bar, r, M, thr, it)
-    _keep_plans(bar, r, P, M, lg)
-    # (Y,) a group waits for its slowest rollout
-    bar.n_sk += torch.zeros_like(bar.n_sk).scatter_reduce_(
-        0, bar.gid[r].cpu(), lg['n_iter_item'].cpu(), 'amax'
-    )
-    return P
+def _costs(bar):
+    "Costs (N, T, L_b) of every rollout against its group's Z (a zero Z when there is no group)."
+    Z = bar.Z if bar.Y else bar.Z.new_zeros(1, *bar.Z.shape[1:])  # (max(Y, 1), L_b, d)
+    return rollout_costs(bar.h, bar.s, bar.hh, bar.pos, bar.mask, Z, bar.gid, bar.alpha)
+
+
+def _restart_plans(bar, again):
+    """New plan problems for the rollouts `again` (N,) bool: costs (N, T, L_b) against their
+    group's Z, tolerances from its last change, warm-started from their last potentials."""
+    M = _costs(bar)  # (N, T, L_b)
+    # (N,) per-problem tolerances, floored at what M's dtype resolves (`item_thresholds`)
+    last = bar.last if bar.Y else bar.h.new_ones(1)  # (max(Y, 1),)
+    thr = (bar.inner_rtol * last[bar.gid]).clamp(min=bar.stop_thr)
+    thr = torch.maximum(thr, stop_floor(M, bar.b, bar.reg)).double()
+    again3 = again[:, None, None]  # (N, 1, 1)
+    bar.M = M if bar.M is None else torch.where(again3, M, bar.M)  # (N, T, L_b)
+    if not bar.newton:  # Sinkhorn: the next sweep solves them
+        bar.st = (
+            _Solved(*_sinkhorn_start(bar), done=~again, thr=thr)
+            if bar.st is None
+            else _reset_solved(bar.st, again, thr)
+        )
+        return
+    if bar.st is None:  # the first problems, cold; absent ones get stand-in rows, never iterated
+        a = bar.a.double()  # (N, T)
+        a = torch.where(bar.part.unsqueeze(-1), a, torch.full_like(a, 1 / a.shape[-1]))
+        b = bar.b.double().repeat(len(a), 1)  # (N, L_b)
+        bar.st = newton_start(
+            M.double() / (-bar.reg), a, b, torch.zeros_like(b), thr, bar.inner_iter
+        )
+        bar.st.done = bar.st.done | ~bar.part  # (N,) nothing to solve for them
+        return
+    st = bar.st
+    # (N, L_b) warm start: the last potentials, as stored in the features' dtype
+    log_v = st.log_v.to(bar.h.dtype).double()
+    new = newton_start(M.double() / (-bar.reg), st.a, st.b, log_v, thr, bar.inner_iter)
+    for k in _FRESH:  # the problems `again` start anew, the others go on
+        x = getattr(new, k)
+        setattr(st, k, torch.where(again.view(-1, *[1] * (x.ndim - 1)), x, getattr(st, k)))
+
+
+# the fields of `_Newton` a new problem sets (a stopped problem's trial is 0 already; the direction
+# and step length are set when its first step starts; a, b, the cap never change)
+_FRESH = ('logK', 'thr', 'log_v', 'T', 'log_u', 'c', 'J', 'E', 's', 'err', 'done', 'n_item')
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #05475d1c
-def _inner_solve(bar, r, M, thr, it):
-    "Plans (A, T, L_b) and the solver's log of the rollouts `r` (A,) for costs M (A, T, L_b)."
-    # the same stopping rule for both solvers; warm-started from the last iteration's potentials
-    kw = dict(num_iter_max=bar.inner_iter, stop_thr=thr, warn=False, log=True)
-    kw.update(log_v0=bar.log_v[r] if it else None, check_inputs=it == 0)
+def _inner_steps(bar):
+    """The inner solver's work of one sweep on every rollout: `trials` Newton trials (a problem
+    that has stopped is frozen), or one warm-started Sinkhorn solve of the open problems."""
     if bar.newton:
-        return semidual_newton(bar.a[r], bar.b, M, bar.reg, **kw)
-    kw.update(log_u0=bar.log_u[r] if it else None, check_every=bar.check_every, omega=bar.omega)
-    return sinkhorn_log(bar.a[r], bar.b, M, bar.reg, **kw)
+        for _ in range(bar.trials):
+            newton_trial(bar.st)
+        return
+    st, todo = bar.st, ~bar.st.done  # (N,)
+    # the same stopping rule for both solvers; the others are absent problems (a = 0)
+    kw = dict(num_iter_max=bar.inner_iter, warn=False, log=True, check_inputs=bar.sweeps == 0)
+    kw.update(stop_thr=torch.where(todo, st.thr, math.inf).to(bar.h.dtype))
+    kw.update(check_every=bar.check_every, omega=bar.omega)
+    if bar.sweeps:  # warm-started from the last potentials
+        kw.update(log_u0=st.log_u.to(bar.h.dtype), log_v0=st.log_v.to(bar.h.dtype))
+    P, lg = sinkhorn_log(bar.a * todo.unsqueeze(-1), bar.b, bar.M, bar.reg, **kw)
+    t1, t3 = todo.unsqueeze(-1), todo[:, None, None]
+    st.T, st.log_u, st.log_v = (
+        torch.where(t3, P, st.T),
+        torch.where(t1, lg['log_u'], st.log_u),
+        torch.where(t1, lg['log_v'], st.log_v),
+    )
+    st.err, st.n_item = (
+        torch.where(todo, lg['err'], st.err),
+        torch.where(todo, lg['n_iter_item'], st.n_item),
+    )
+    st.done = torch.ones_like(st.done)
+
+
+def _sinkhorn_start(bar):
+    "Empty Sinkhorn results (N, ...) before the first solve: T, log_u, log_v, err, n_item."
+    h, (N, T, L_b) = bar.h, bar.M.shape
+    return (h.new_zeros(N, T, L_b), h.new_zeros(N, T), h.new_zeros(N, L_b), h.new_zeros(N),
+            torch.zeros(N, dtype=torch.long, device=h.device))  # fmt: skip
+
+
+def _reset_solved(st, again, thr):
+    "The Sinkhorn problems `again` (N,) bool are open again, with tolerances thr (N,)."
+    st.done, st.thr = st.done & ~again, torch.where(again, thr, st.thr)
+    return st
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #c49c6abf
-def _keep_plans(bar, r, P, M, lg):
-    """Keep the plans P (A, T, L_b) of rollouts `r` for costs M (A, T, L_b): token costs (A, T),
-    node costs (A, L_b), potentials and marginal errors from the solver's log `lg`."""
-    PM = P * M  # (A, T, L_b)
-    if len(r) == bar.h.shape[0]:  # every rollout: results replace the buffers, no scatter
-        bar.plans, bar.tok, bar.node = P, PM.sum(-1), PM.sum(-2)
-    else:
-        bar.plans[r], bar.tok[r], bar.node[r] = P, PM.sum(-1), PM.sum(-2)
-    bar.log_u[r], bar.log_v[r], bar.merr[r] = lg['log_u'], lg['log_v'], lg['err']
+def _plans_now(bar):
+    "The current plans (N, T, L_b) in the features' dtype, 0 for the rollouts that take no part."
+    return bar.st.T.to(bar.h.dtype) * bar.part[:, None, None]
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #7c2f05c0
-def _fixed_point_step(bar, r, P):
-    "Next Z (Y, L_b, d) of the live groups from the plans P (A, T, L_b) of their rollouts `r`."
-    Z_new = _feature_step(P, bar.h, bar.s, bar.lam, bar.gid, r, bar.ends, bar.Y)  # (Y, L_b, d)
-    g = bar.live.nonzero().flatten()  # (Y_live,)
-    # (Y_live,) residual |Φ(Z) - Z| of the fixed point
-    change = (Z_new[g] - bar.Z[g]).abs().amax((-2, -1))
-    # (Y_live,)
-    bar.dist[g], bar.past[g] = (
-        fixed_point_error(change, bar.past[g]),
-        torch.cat([bar.past[g, 1:], change[:, None]], 1),
-    )
-    done = (bar.dist[g] < bar.tol) | (change < bar.noise)  # (Y_live,)
-    bar.Z[g], bar.last[g] = (
-        Z_new[g]
-        if bar.hist is None
-        else anderson_next(bar.hist, g, bar.Z[g], Z_new[g], change, done),
-        change,
-    )
-    bar.n_it[g.cpu()] += 1
-    bar.errs.append(float(change.max()))
-    # converged groups (or at rounding level) are frozen: Z, plans, potentials
-    bar.live[g[done]] = False
+def _fixed_point_step(bar):
+    """One fixed-point step of the groups whose every plan is solved (`ready`, (Y,) bool): Φ(Z), the
+    residual and estimated distance to the fixed point, the next Z; a group stops at `tol`, the
+    rounding floor or `max_iter`. Masked: every group is computed, only the ready ones move."""
+    open_ = _per_group(bar, (~bar.st.done).long())  # (Y,) rollouts still solving
+    ready = bar.live & (open_ == 0)  # (Y,)
+    Z_new = _feature_step(_plans_now(bar), bar.h, bar.s, bar.lam, bar.gid, bar.Y)  # (Y, L_b, d)
+    change = (Z_new - bar.Z).abs().amax((-2, -1))  # (Y,) residual |Φ(Z) - Z|
+    dist = fixed_point_error(change, bar.past)  # (Y,)
+    done = (dist < bar.tol) | (change < bar.noise)  # (Y,)
+    if bar.hist is not None:
+        Z_new = anderson_next(bar.hist, bar.Z, Z_new, change, done, ready)
+    r1, r3 = ready.unsqueeze(-1), ready[:, None, None]
+    # (max_iter,) each group's residual at the index of its iteration
+    k = bar.n_it.clamp(max=len(bar.errs) - 1)
+    bar.errs.scatter_reduce_(0, k, torch.where(ready, change, -math.inf), 'amax')
+    # (Y,) a group waits for its slowest rollout
+    bar.n_sk += torch.where(ready, _per_group(bar, bar.st.n_item, 'amax'), 0)
+    bar.past = torch.where(r1, torch.cat([bar.past[:, 1:], change[:, None]], 1), bar.past)
+    bar.dist, bar.last = torch.where(ready, dist, bar.dist), torch.where(ready, change, bar.last)
+    bar.Z, bar.n_it = torch.where(r3, Z_new, bar.Z), bar.n_it + ready
+    # converged groups (or at rounding level, or at max_iter) are frozen: Z, plans, potentials
+    bar.live = bar.live & ~(ready & (done | (bar.n_it >= bar.max_iter)))
+    return ready
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #sweep001
+def _sweep(bar):
+    """One sweep over every rollout and group, fixed shapes, nothing read back: the inner solver's
+    steps, the fixed-point step of the ready groups, new plan problems for those still live."""
+    _inner_steps(bar)
+    ready = _fixed_point_step(bar)  # (Y,)
+    _restart_plans(bar, (ready & bar.live)[bar.gid] & bar.part)
+    bar.sweeps += 1
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #check001
+def _check(bar):
+    """The check between sweeps: one host read of which groups are live; False when none is. Once
+    at most half the working rollouts belong to live groups, the working set shrinks to them."""
+    bar.checks += 1
+    live = bar.live.tolist()  # (Y,) the check's one host read
+    if not any(live):
+        return False
+    keep = [k for k, g in enumerate(bar.groups) if g >= 0 and live[g]]  # working rollouts to keep
+    if 2 * len(keep) <= len(bar.groups):
+        _compact(bar, keep)
+    return True
+
+
+def _most_checks(bar):
+    """A bound on the checks: each of a group's `max_iter` iterations takes at most 9 trials per
+    Newton step (or one Sinkhorn solve); never reached by a run that stops."""
+    per_iter = (9 * bar.inner_iter) // bar.trials + 2 if bar.newton else 1
+    return bar.max_iter * per_iter // bar.check_every + 2
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #check002
+# the fields with one row per rollout; with the solver state `st`, what a compaction selects
+_ROWS = ('h', 's', 'hh', 'pos', 'mask', 'gid', 'lam', 'a', 'part', 'M')
+
+
+def _tensors(st):
+    "The solver state's fields with one row per rollout, by name."
+    return {
+        f.name: getattr(st, f.name)
+        for f in fields(st)
+        if isinstance(getattr(st, f.name), torch.Tensor)
+    }
+
+
+def _write_back(bar):
+    "Write the working rollouts' state (M and the solver state) into the fields of all N."
+    bar.full['M'][bar.rows] = bar.M
+    for k, x in _tensors(bar.st).items():
+        getattr(bar.full['st'], k)[bar.rows] = x
+
+
+def _compact(bar, keep):
+    """Shrink the working set to the rollouts `keep` (a list of working indices): their rows of
+    every field (a copy of their hidden states), the others' state written back first."""
+    if bar.full is None:  # the fields of all N rollouts, kept
+        bar.full = {k: getattr(bar, k) for k in _ROWS}
+        bar.full['st'] = _copy_state(bar.st)
+        bar.rows = torch.arange(len(bar.groups), device=bar.h.device)
+    else:
+        _write_back(bar)
+    idx = torch.tensor(keep, dtype=torch.long, device=bar.h.device)  # (W',) from the host
+    bar.rows = bar.rows[idx]
+    for k in _ROWS:
+        x = getattr(bar, k)
+        setattr(bar, k, None if x is None else x[idx])
+    for k, x in _tensors(bar.st).items():
+        setattr(bar.st, k, x[idx])
+    bar.groups = [bar.groups[k] for k in keep]
+
+
+def _copy_state(st):
+    "A shallow copy of the solver state (its tensors shared)."
+    return type(st)(**{f.name: getattr(st, f.name) for f in fields(st)})
+
+
+def _expand(bar):
+    "Back to all N rollouts after the iteration: the working set written back."
+    if bar.full is None:
+        return
+    _write_back(bar)
+    for k in _ROWS:
+        setattr(bar, k, bar.full[k])
+    bar.st, bar.full, bar.rows = bar.full['st'], None, None
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #6b930df7
 def _final_plans(bar, final_plans_kw):
-    "The solver's log of the final plans (R, T, L_b) of every rollout, now kept in `bar`."
-    M = rollout_costs(
-        bar.h, bar.s, bar.hh, bar.pos, bar.mask, bar.Z, bar.gid, bar.rows, bar.ends, bar.alpha
-    )
-    # warm
-    if bar.newton:
+    "The solver's log of the final plans (N, T, L_b) of every rollout against the final Z."
+    M = _costs(bar)  # (N, T, L_b)
+    # the costs are ours: not validated again
+    kw = {'warn': False, 'check_inputs': False, **final_plans_kw}
+    if bar.newton:  # warm
         P, lg = semidual_newton(
-            bar.a[bar.rows],
-            bar.b,
-            M,
-            bar.reg,
-            log=True,
-            **{'warn': False, 'log_v0': bar.log_v[bar.rows], **final_plans_kw},
+            bar.a, bar.b, M, bar.reg, log=True, log_v0=bar.st.log_v.to(bar.h.dtype), **kw
         )
     else:
-        P, lg = sinkhorn_log(
-            bar.a[bar.rows],
-            bar.b,
-            M,
-            bar.reg,
-            log=True,
-            **{'warn': False, 'omega': bar.omega, 'check_every': bar.check_every, **final_plans_kw},
-        )
-    PM = P * M  # (R, T, L_b)
-    bar.plans[bar.rows], bar.tok[bar.rows], bar.node[bar.rows], bar.merr[bar.rows] = (
-        P,
-        PM.sum(-1),
-        PM.sum(-2),
-        lg['err'],
-    )
+        kw = {'omega': bar.omega, 'check_every': bar.check_every, **kw}
+        P, lg = sinkhorn_log(bar.a, bar.b, M, bar.reg, log=True, **kw)
+    _keep(bar, P, M, lg['err'])
     return lg
+
+
+def _keep(bar, P, M, err):
+    """The plans P (N, T, L_b) of the costs M (N, T, L_b): token costs (N, T), node costs (N, L_b)
+    and marginal errors err (N,), 0 for the rollouts that take no part."""
+    PM = P * M  # (N, T, L_b)
+    bar.plans, bar.tok, bar.node = P, PM.sum(-1), PM.sum(-2)
+    bar.merr = torch.where(bar.part, err.to(bar.h.dtype), 0.0)
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #14763c35
 def _converged(bar):
     "(Y,) bool: the group met `tol` or the rounding floor, or has no rollout."
-    has = torch.zeros(bar.Y, dtype=torch.bool, device=bar.h.device)  # (Y,) has a rollout
-    empty = ~has.index_fill_(0, bar.gid[bar.rows], True)
+    empty = _per_group(bar, torch.ones_like(bar.gid)) == 0  # (Y,)
     return (bar.dist < bar.tol) | (bar.last < bar.noise) | empty
 
 
@@ -463,15 +615,16 @@ def _warn_not_converged(bar, conv, max_iter):
 def _info(bar, conv):
     "`group_barycenters`' info dict from the record `bar` and conv (Y,)."
     Y = bar.Y
+    n_iter = int(bar.n_it.max()) if Y else 0
     return dict(
         plans=bar.plans,
         token_cost=bar.tok,
         node_cost=bar.node,
         tau_bar=bar.tau_bar,
-        n_iter=int(bar.n_it.max()) if Y else 0,
-        n_iter_group=bar.n_it,
+        n_iter=n_iter,
+        n_iter_group=bar.n_it.cpu(),
         inner_iters=int(bar.n_sk.max()) if Y else 0,
-        err=bar.errs,
+        err=bar.errs[:n_iter].tolist(),
         converged=bool(conv.all()),
         converged_group=conv.cpu(),
         marginal_err=bar.merr,
@@ -483,20 +636,23 @@ def _info(bar, conv):
         fixed_point_error=bar.dist.cpu(),
         # (Y,) groups stopped by the rounding floor before their estimate met tol
         at_rounding_floor=((bar.last < bar.noise) & ~(bar.dist < bar.tol)).cpu(),
+        sweeps=bar.sweeps,  # sweeps over every rollout and group
+        host_checks=bar.checks,  # reads of the live groups (one every `check_every` sweeps)
     )
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #dc26051a
-def _final_info(info, lg, warn):
+def _final_info(info, lg, part, warn):
     """Add the final plans' iterations and caps (from the solver's log `lg`, None without
-    rollouts) to `info`; warn of the capped ones."""
-    info['final_plans_iters'] = lg['n_iter'] if lg is not None else 0
-    # final plans that stopped at their cap
-    info['final_unconverged'] = int((~lg['converged']).sum()) if lg is not None else 0
+    rollouts; part (N,) the rollouts that take part) to `info`; warn of the capped ones."""
+    n = lg['n_iter_item'] * part if lg is not None else None  # (N,)
+    info['final_plans_iters'] = int(n.max()) if lg is not None else 0
+    capped = ~lg['converged'] & part if lg is not None else None  # (N,) final plans at their cap
+    info['final_unconverged'] = int(capped.sum()) if lg is not None else 0
     if warn and info['final_unconverged']:
         warnings.warn(
             f"linearized barycenter (group_barycenters): {info['final_unconverged']} final "
             "plans "
-            f"stopped at their cap (largest marginal error {float(lg['err'].max()):.1e})",
+            f"stopped at their cap (largest marginal error {float(lg['err'][capped].max()):.1e})",
             ConvergenceWarning,
             stacklevel=3,
         )
@@ -529,7 +685,7 @@ def group_barycenters(
     inner_iter: int | None = None,
     # Sinkhorn over-relaxation (`sinkhorn_log`; 1 = plain Sinkhorn, 'auto')
     omega: float | str = 1.9,
-    # Sinkhorn checks its marginal error every this many iterations
+    # sweeps between two reads of which groups are still live; Sinkhorn's check interval
     check_every: int = 5,
     # if given, keywords of `solver`'s function for one more solve against the final Z (exact plans)
     final_plans_kw: dict | None = None,
@@ -542,8 +698,8 @@ def group_barycenters(
     solver: str = 'newton',
     # Z (Y, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
 ) -> tuple:
-    """Linearized FGW barycenter of every group of rollouts, all groups at once: per-rollout
-    products, one batched OT solve, per-group stopping."""
+    """Linearized FGW barycenter of every group of rollouts, all groups at once: batched products,
+    masked sweeps with one host read every `check_every`, per-group stopping."""
     # inner solves stop at `inner_iter` unreported: the outer rule (`tol`) decides; outer and final
     # caps are warned
     group, Y = _checked_groups(h, mask, group, n_groups, alpha, solver)
@@ -551,24 +707,27 @@ def group_barycenters(
     inner_rtol = (1e-3 if newton else 0.03) if inner_rtol is None else inner_rtol
     inner_iter = (50 if newton else 200) if inner_iter is None else inner_iter
     settings = dict(alpha=alpha, reg=reg, inner_rtol=inner_rtol, inner_iter=inner_iter)
-    settings.update(omega=omega, check_every=check_every, newton=newton)
+    settings.update(omega=omega, check_every=check_every, newton=newton, max_iter=max_iter)
+    settings.update(trials=TRIALS)
     with torch.no_grad():
         bar = _problem(h, mask, group, Y, weights, normalize, L_b, tol, stop_thr, **settings)
         _first_iterate(bar, anderson)
-        for it in range(max_iter):
-            r = bar.rows[bar.live[bar.gid[bar.rows]]]  # (A,) rollouts of the groups still iterating
-            if r.numel() == 0:
+        for _ in range(_most_checks(bar)):
+            if not _check(bar):  # one host read
                 break
-            P = _plans(bar, r, it)  # (A, T, L_b)
-            _fixed_point_step(bar, r, P)
-        has_final = final_plans_kw is not None and bar.rows.numel()
+            for _ in range(check_every):
+                _sweep(bar)
+        _expand(bar)
+        has_final = final_plans_kw is not None and bool(bar.part.any())
         final = _final_plans(bar, final_plans_kw) if has_final else None
+        if final is None:  # the plans of the last iteration
+            _keep(bar, _plans_now(bar), bar.M, bar.st.err)
         conv = _converged(bar)  # (Y,)
     if warn and not conv.all():
         _warn_not_converged(bar, conv, max_iter)
     info = _info(bar, conv)
     if final_plans_kw is not None:
-        _final_info(info, final, warn)
+        _final_info(info, final, bar.part, warn)
     return bar.Z, info
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #a6977d4c
@@ -641,3 +800,53 @@ def linearized_barycenter(
     ):
         info[k] = info[k].reshape(tuple(batch) + shape)  # back to the grouped layout (views)
     return Z.reshape(*batch, L_b, d), info
+
+# %% ../../nbs/6_appendix/31_barycenters.ipynb #e48b6941
+# operations that read a value back to the host, or need one to size their output
+_READ_OPS = ('_local_scalar_dense', 'nonzero', 'masked_select', '_unique', '_unique2', 'unique_dim',
+             'unique_consecutive', '_linalg_check_errors')  # fmt: skip
+
+
+class HostReads(TorchDispatchMode):
+    """Count, inside the `with` block, the torch operations that wait for a value on the host:
+    scalar reads (`.item()`, `float()`, `bool()` of a tensor), `nonzero`, `masked_select`,
+    `unique`, boolean indexing, linear-algebra error checks, copies to the CPU, and `tolist()`."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = collections.Counter()  # kind -> reads
+
+    @property
+    def total(self) -> int:
+        "All reads counted."
+        return sum(self.counts.values())
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        if name in _READ_OPS:
+            self.counts[name] += 1
+        elif name in ('index', 'index_put', 'index_put_', '_index_put_impl_') and any(
+            i is not None and i.dtype == torch.bool for i in args[1]
+        ):
+            self.counts[name + ' (bool)'] += 1
+        elif name == '_to_copy' and args[0].device.type != 'cpu':
+            if torch.device(kwargs.get('device') or args[0].device).type == 'cpu':
+                self.counts['to cpu'] += 1
+        return func(*args, **kwargs)
+
+    def __enter__(self):
+        # `tolist` reads a CPU tensor without any torch operation: counted by a wrapper
+        self._tolist = torch.Tensor.tolist
+        counts, tolist = self.counts, self._tolist
+
+        def counted(t):
+            counts['tolist'] += 1
+            return tolist(t)
+
+        torch.Tensor.tolist = counted
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._tolist
+        return super().__exit__(*exc)

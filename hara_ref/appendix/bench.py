@@ -5,6 +5,7 @@
 # %% ../../nbs/6_appendix/35_bench.ipynb #1cb72d90
 from __future__ import annotations
 import json
+import time
 import warnings
 from dataclasses import dataclass
 import numpy as np
@@ -23,7 +24,7 @@ from .newton import semidual_newton
 # %% auto #0
 __all__ = ['BENCH_OT_CHOICES', 'bench_sinkhorn', 'bench_barycenter', 'format_barycenter_row', 'fgw_batch_problem',
            'bench_fgw_batch', 'linearized_plans', 'pot_exact_fgw', 'format_fgw_batch_row', 'BenchOtConfig', 'bench_ot',
-           'bench_batch', 'sync', 'bench_hara', 'BenchHaraConfig']
+           'bench_batch', 'sync', 'bench_hara', 'BenchHaraConfig', 'small_batch', 'bench_hara_small']
 
 # %% ../../nbs/6_appendix/35_bench.ipynb #675494d4
 def bench_sinkhorn(
@@ -438,3 +439,51 @@ class BenchHaraConfig:
     anderson: int = BARY_DEFAULTS['anderson']  # Anderson memory (0: the plain iteration)
     threads: int = 0  # torch threads (0: leave as is)
     quick: bool = False  # small sizes (2 x 8 rollouts, L=128, d=64) for a smoke test
+    # the small batch instead (`small_batch`: 8 rollouts x 12 tokens, d=16), one thread, fastest of
+    # --repeats runs (20 when repeats is 1)
+    small: bool = False
+
+# %% ../../nbs/6_appendix/35_bench.ipynb #804afc52
+def small_batch(
+    seed: int = 1,
+    dtype=torch.float32,
+) -> tuple:  # hidden (8, 12, 16), mask (8, 12), rewards (8,), group ids (8,)
+    """The small timing batch: 8 rollouts of 12 tokens, d = 16, one prompt, rewards 4 x 1 then
+    4 x 0 (two outcome groups of 4)."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(8, 12, 16, generator=g, dtype=dtype)  # (B, L, d)
+    rewards = torch.tensor([1.0] * 4 + [0.0] * 4, dtype=dtype)  # (B,)
+    return hidden, torch.ones(8, 12, dtype=torch.bool), rewards, torch.zeros(8, dtype=torch.long)
+
+
+def bench_hara_small(
+    repeats: int = 20,  # timed runs, after one untimed run
+    seed: int = 1,
+    dtype=torch.float32,
+    **hara_kw,  # passed to `hara_advantages`
+) -> dict:
+    """Time `hara_advantages` on `small_batch` on one CPU thread: the fastest and the median of
+    `repeats` runs; a dict of results."""
+    batch, threads = small_batch(seed, dtype), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        adv, rw = hara_advantages(*batch, **hara_kw)  # untimed: first-call costs
+        ts = []
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            hara_advantages(*batch, **hara_kw)
+            ts.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
+    return dict(
+        B=8,
+        L=12,
+        d=16,
+        dtype=str(dtype).replace('torch.', ''),
+        groups=int(rw.novelty.slots.shape[0]),
+        repeats=len(ts),
+        t_min=min(ts),
+        t_median=sorted(ts)[len(ts) // 2],
+        bary_iters=rw.novelty.bary_iters,
+        finite=bool(torch.isfinite(adv).all()),
+    )

@@ -6,6 +6,7 @@
 from __future__ import annotations
 import math
 import warnings
+from dataclasses import dataclass
 import torch
 from hara_ref.ot.entropic import (
     as_reg,
@@ -22,7 +23,8 @@ from hara_ref.appendix.sinkhorn import (
 )
 
 # %% auto #0
-__all__ = ['semidual_plan', 'semidual_hessian', 'semidual_point', 'sinkhorn_column_step', 'newton_direction', 'semidual_newton']
+__all__ = ['semidual_plan', 'semidual_hessian', 'semidual_point', 'sinkhorn_column_step', 'newton_direction', 'newton_start',
+           'newton_trial', 'semidual_newton']
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #05246c4b
 def semidual_plan(
@@ -93,77 +95,116 @@ def newton_direction(
     chol, info = torch.linalg.cholesky_ex(H)
     eta = torch.cholesky_solve(grad.unsqueeze(-1), chol).squeeze(-1)  # (B, m)
     ok = ((info == 0) & torch.isfinite(eta).all(-1)).unsqueeze(-1)  # (B, 1)
-    if bool(ok.all()):
-        return eta, grad
     return torch.where(ok, eta, sinkhorn_column_step(c, b)), grad
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #4da47a7b
-def _line_search(logK, a, b, state, eta, grad):
-    """One ascent step per problem: Newton at gamma = 1, 1/4, ..., 1/4^7 (Armijo), else Sinkhorn's
-    column update; returns the new (log_v, T, log_u, c, J, E, s). A trial evaluates only the
-    problems whose earlier trials all failed."""
-    log_v, log_u, c, J = state[0], state[2], state[3], state[4]
+@dataclass
+class _Newton:
+    "Newton's working state for B problems: every field has the batch first; none ever shrinks."
+
+    logK: torch.Tensor  # (B, n, m) $\log \mathcal K = -M/\varepsilon$
+    a: torch.Tensor  # (B, n) row weights
+    b: torch.Tensor  # (B, m) column weights
+    thr: torch.Tensor  # (B,) stopping thresholds
+    cap: int  # most Newton steps
+    log_v: torch.Tensor  # (B, m) the point $\ell$
+    T: torch.Tensor  # (B, n, m) its plan (rows exact)
+    log_u: torch.Tensor  # (B, n) its row potentials
+    c: torch.Tensor  # (B, m) its column mass $b'$
+    J: torch.Tensor  # (B,) its semi-dual (N1)
+    E: torch.Tensor  # (B, n, m) $e^{\log \mathcal K + \ell - \max}$
+    s: torch.Tensor  # (B, n, 1) row sums of E
+    err: torch.Tensor  # (B,) $\lVert b' - b\rVert_2$ at the point
+    done: torch.Tensor  # (B,) bool, stopped (err < thr, or the cap): frozen from then on
+    n_item: torch.Tensor  # (B,) long, Newton steps taken
+    trial: torch.Tensor  # (B,) long, line-search trial of the step under way (0: a step starts)
+    eta: torch.Tensor  # (B, m) Newton direction of the step under way
+    gamma: torch.Tensor  # (B, 1) its first step length
+    slope: torch.Tensor  # (B,) ascent predicted at gamma
+    slack: torch.Tensor  # (B,) rounding slack of J
+
+# %% ../../nbs/6_appendix/30_newton.ipynb #49dae671
+def newton_start(
+    logK: torch.Tensor,  # (B, n, m) $\log \mathcal K$
+    a: torch.Tensor,  # (B, n) row weights (0 = padding; no all-zero row)
+    b: torch.Tensor,  # (B, m) column weights (0 = padding, where log_v = -inf)
+    log_v: torch.Tensor,  # (B, m) starting point $\ell$
+    thr: torch.Tensor,  # (B,) stopping thresholds
+    num_iter_max: int,  # most Newton steps
+) -> _Newton:
+    """Newton's state at $\\ell$ = `log_v`: the point evaluated, and a problem already within its
+    threshold stopped with no step."""
+    T, log_u, c, J, E, s = semidual_plan(logK, a, b, log_v)
+    err = (c - b).norm(dim=-1)  # (B,)
+    zero = torch.zeros(len(b), dtype=torch.long, device=b.device)  # (B,)
+    return _Newton(
+        logK, a, b, thr, num_iter_max, log_v, T, log_u, c, J, E, s,
+        err=err, done=err < thr, n_item=zero, trial=zero.clone(),
+        eta=torch.zeros_like(b), gamma=torch.ones_like(J).unsqueeze(-1),
+        slope=torch.zeros_like(J), slack=torch.zeros_like(J),
+    )  # fmt: skip
+
+# %% ../../nbs/6_appendix/30_newton.ipynb #b5df03ee
+def _step_start(st):
+    """Direction, first step length, predicted ascent and rounding slack (B, ...) of the problems
+    whose step starts now (trial 0, not done); the others keep theirs."""
+    new = (~st.done & (st.trial == 0)).unsqueeze(-1)  # (B, 1)
+    H = semidual_hessian(st.T, st.c, st.E, st.s)  # (B, m, m)
+    eta, grad = newton_direction(H, st.c, st.b)  # (B, m), (B, m)
     # (B, 1) no potential moves by more than 20
     gamma = (20.0 / eta.abs().amax(-1).clamp_min(1e-300)).clamp(max=1.0).unsqueeze(-1)
-    # (B,) ascent predicted by the gradient at gamma
-    slope = (gamma * (grad * eta).sum(-1, keepdim=True)).squeeze(-1)
+    slope = gamma.squeeze(-1) * (grad * eta).sum(-1)  # (B,) ascent predicted at gamma
     # (B,) rounding of J (padding: 0 * inf)
     slack = (
         64
-        * torch.finfo(J.dtype).eps
-        * (J.abs() + (a * log_u.abs()).nan_to_num(0.0, 0.0, 0.0).sum(-1) + 1)
+        * torch.finfo(st.J.dtype).eps
+        * (st.J.abs() + (st.a * st.log_u.abs()).nan_to_num(0.0, 0.0, 0.0).sum(-1) + 1)
     )
-    out, rest = None, None  # the new point; (B_s,) problems still searching (None: all)
-    for trial in range(9):
-        pick = (lambda x: x) if rest is None else (lambda x: x[rest])
-        # (B_s, m) Newton, shorter Newton steps, then Sinkhorn
-        step = pick(gamma) * pick(eta) if trial < 8 else sinkhorn_column_step(pick(c), pick(b))
-        cand = (pick(log_v) + step).masked_fill(pick(b) == 0, -math.inf)  # (B_s, m)
-        new = (cand,) + semidual_plan(pick(logK), pick(a), pick(b), cand)
-        # (B_s,) Armijo's test; the Sinkhorn update is always taken
-        acc = (
-            new[4] >= pick(J) + 1e-4 * pick(slope) - pick(slack)
-            if trial < 8
-            else torch.ones_like(new[4], dtype=torch.bool)
-        )
-        if out is None:
-            out, rest = new, torch.arange(len(J), device=J.device)
-        else:
-            for full, x in zip(out, new):
-                full[rest[acc]] = x[acc]
-        rest = rest[~acc]
-        if rest.numel() == 0:
-            break
-        gamma, slope = gamma / 4, slope / 4
-    return out
+    st.eta, st.gamma = torch.where(new, eta, st.eta), torch.where(new, gamma, st.gamma)
+    st.slope = torch.where(new.squeeze(-1), slope, st.slope)
+    st.slack = torch.where(new.squeeze(-1), slack, st.slack)
+
+# %% ../../nbs/6_appendix/30_newton.ipynb #a83f3ea0
+def newton_trial(
+    st: _Newton,  # updated in place
+) -> None:
+    """One line-search trial for every problem still iterating, without reading anything back:
+    Newton at $\\gamma 4^{-k}$ for trial k < 8 (Armijo), Sinkhorn's column update at trial 8
+    (always taken); a problem whose trial is taken has made a step, and stops when within its
+    threshold or at the cap."""
+    _step_start(st)
+    k = st.trial.clamp(max=8)  # (B,)
+    newton = (k < 8).unsqueeze(-1)  # (B, 1)
+    f = torch.pow(0.25, k.clamp(max=7).to(st.J.dtype))  # (B,) 4^-k, exact
+    # (B, m) the trial point
+    step = torch.where(
+        newton, (st.gamma * f.unsqueeze(-1)) * st.eta, sinkhorn_column_step(st.c, st.b)
+    )
+    cand = (st.log_v + step).masked_fill(st.b == 0, -math.inf)  # (B, m)
+    T, log_u, c, J, E, s = semidual_plan(st.logK, st.a, st.b, cand)
+    # (B,) Armijo's test; the Sinkhorn update is always taken
+    take = ~st.done & ((J >= st.J + 1e-4 * st.slope * f - st.slack) | ~newton.squeeze(-1))
+    t1, t2, t3 = take.unsqueeze(-1), take[:, None, None], take
+    st.log_v, st.log_u, st.c = (torch.where(t1, x, y) for x, y in ((cand, st.log_v),
+                                (log_u, st.log_u), (c, st.c)))  # fmt: skip
+    st.T, st.E, st.s = (torch.where(t2, x, y) for x, y in ((T, st.T), (E, st.E), (s, st.s)))
+    st.J = torch.where(t3, J, st.J)
+    st.n_item = st.n_item + take
+    st.trial = torch.where(take | st.done, 0, st.trial + 1)
+    st.err = torch.where(take, (c - st.b).norm(dim=-1), st.err)  # (B,)
+    st.done = st.done | (take & ((st.err < st.thr) | (st.n_item >= st.cap)))
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #0b6e4f18
-def _newton_solve(logK, a, b, log_v, thr, num_iter_max):
-    """Newton's iteration on one chunk of B problems: log_v (B, m), T (B, n, m), log_u (B, n), err
-    (B,), n_item (B,). A problem leaves the working tensors when it stops; H is formed only where a
-    step starts."""
-    B = len(b)
-    # the answers, written as problems finish
-    out = (torch.empty_like(log_v), torch.empty_like(logK), torch.empty_like(a))
-    err_out, n_item = b.new_empty(B), torch.zeros(B, dtype=torch.long, device=b.device)
-    rows = torch.arange(B, device=b.device)  # (B_a,) the problems still iterating
-    state = (log_v,) + semidual_plan(logK, a, b, log_v)  # (log_v, T, log_u, c, J, E, s)
-    for it in range(num_iter_max + 1):  # it: Newton steps taken so far
-        err = (state[3] - b).norm(dim=-1)  # (B_a,)
-        go = ~(err < thr) if it < num_iter_max else torch.zeros_like(err, dtype=torch.bool)
-        if not bool(go.all()):  # some problems are done: write their answers, keep the rest
-            done = ~go
-            for full, x in zip(out, state[:3]):
-                full[rows[done]] = x[done]
-            err_out[rows[done]], n_item[rows[done]] = err[done], it
-            if not bool(go.any()):
-                break
-            rows, logK, a, b, thr = (x[go] for x in (rows, logK, a, b, thr))
-            state = tuple(x[go] for x in state)
-        H = semidual_hessian(state[1], state[3], state[5], state[6])  # (B_a, m, m)
-        eta, grad = newton_direction(H, state[3], b)
-        state = _line_search(logK, a, b, state, eta, grad)
-    return out + (err_out, n_item)
+def _newton_solve(states, check_every):
+    """Run the states of the chunks (`newton_start`) until every problem has stopped: `check_every`
+    trials of every unfinished chunk, then one read of which chunks are done."""
+    left = list(states)
+    while left:
+        done = torch.stack([s.done.all() for s in left]).tolist()  # the check's one host read
+        left = [s for s, d in zip(left, done) if not d]
+        for s in left:
+            for _ in range(check_every):
+                newton_trial(s)
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #e8e0a550
 def semidual_newton(
@@ -186,11 +227,13 @@ def semidual_newton(
     # problems solved together (None: 16 on a CPU, all at once elsewhere): it sets the speed,
     # not the answers (to rounding)
     chunk: int | None = None,
+    # line-search trials between two checks of which problems have stopped (one host read each)
+    check_every: int = 2,
 ):  # plan (..., n, m) in the dtype of M [, log dict]
     """Batched entropic OT by Newton's method on the semi-dual: chapter 29_sinkhorn_batched's
     `sinkhorn_log` interface, for problems with a small side m."""
     reg = as_reg(reg)
-    check_iterations(num_iter_max, 1, 1.0)
+    check_iterations(num_iter_max, check_every, 1.0)
     if chunk is not None:
         check_iterations(chunk, 1, 1.0, 'chunk')
     if check_inputs:
@@ -216,8 +259,7 @@ def semidual_newton(
     a, b, thr = a.reshape(-1, n).double(), b.reshape(-1, m).double(), thr.reshape(-1)
     M, present = M.reshape(-1, n, m), a.sum(-1) > 0  # (B, n, m), (B,)
     # absent items: stand-in rows, zero plan at the end
-    if not present.all():
-        a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / n))
+    a = torch.where(present.unsqueeze(-1), a, torch.full_like(a, 1 / n))
     log_v = (
         torch.zeros_like(b)
         if log_v0 is None
@@ -226,18 +268,20 @@ def semidual_newton(
     log_v = log_v.masked_fill(b == 0, -math.inf)  # (B, m) padding columns at -inf
     if chunk is None:  # 16 problems on a CPU, all B elsewhere
         chunk = 16 if b.device.type == 'cpu' else max(len(b), 1)
-    # one chunk of problems at a time: small working tensors
-    parts = [
-        _newton_solve(
+    # the chunks advance together, one check for all: small working tensors, one read per check
+    states = [
+        newton_start(
             M[i : i + chunk].double() / (-reg),  # (chunk, n, m) log K
             *(x[i : i + chunk] for x in (a, b, log_v, thr)),
             num_iter_max,
         )
         for i in range(0, len(b), chunk)
     ]
-    log_v, plan, log_u, err, n_item = (torch.cat(x) for x in zip(*parts))
-    if not present.all():  # absent items: zero plan
-        plan = plan * present[:, None, None]
+    _newton_solve(states, check_every)
+    log_v, plan, log_u, err, n_item = (
+        torch.cat(x) for x in zip(*((s.log_v, s.T, s.log_u, s.err, s.n_item) for s in states))
+    )
+    plan = plan * present[:, None, None]  # absent items: zero plan
     conv = err < thr
     plan, log_u, log_v, err, n_item, conv, thr = (
         x.reshape(tuple(shape) + x.shape[1:]) for x in (plan, log_u, log_v, err, n_item, conv, thr)

@@ -139,13 +139,13 @@ def _fold(log_u, log_v, u, v, sel):
 
 def _kernel(logK, log_u, log_v, Kt=None, sel=None):
     """Stabilised kernel $\\tilde{\\mathcal K} = e^{\\log \\mathcal K + \\log u + \\log v}$
-    (..., n, m): built for all items, or rebuilt in place for the selected ones."""
+    (..., n, m): built for all items, or rebuilt for the selected ones (masked: nothing is read
+    back to choose them)."""
     # one allocation
-    if Kt is None or sel is None or bool(sel.all()):
-        return (logK + log_u.unsqueeze(-1)).add_(log_v.unsqueeze(-2)).exp_()
-    # exp work only for those items
-    Kt[sel] = torch.exp(logK[sel] + log_u[sel].unsqueeze(-1) + log_v[sel].unsqueeze(-2))
-    return Kt
+    new = (logK + log_u.unsqueeze(-1)).add_(log_v.unsqueeze(-2)).exp_()
+    if Kt is None or sel is None:
+        return new
+    return torch.where(sel[..., None, None], new, Kt)
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #a43d88a0
 def _log_iteration(logK, log_a, log_b, log_u, log_v, active):
@@ -236,8 +236,7 @@ def _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present):
         )
         plan = torch.where(fast[..., None, None], plan, slow)
         log_u = torch.where(fast.unsqueeze(-1), log_u, lse_update(log_a, logK, log_v))  # (..., n)
-    if not present.all():
-        plan = plan * present[..., None, None]  # absent items: zero plan
+    plan = plan * present[..., None, None]  # absent items: zero plan
     return plan, log_u, log_v  # (..., n, m), (..., n), (..., m)
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #fca3ca5c
@@ -289,7 +288,8 @@ class _Sinkhorn:
     n_item: torch.Tensor  # (B,) long, iterations counted at the last check
     active: torch.Tensor  # (B,) bool, still iterating
     w: float | torch.Tensor  # (B, 1) per-problem omega, or 1.0: plain Sinkhorn throughout
-    every: bool = True  # every problem of the working set is active
+    bad: torch.Tensor | None = None  # (B,) bool, an unsafe step waits for the next check
+    now: bool = False  # take the log-domain step of an unsafe one at once (some costs are wide)
     pending: int = 0  # iterations since the last check
     full: dict | None = None  # the whole batch's fields, once the working set shrank
     idx: torch.Tensor | None = None  # (B,) where the working set's problems are in `full`
@@ -297,7 +297,7 @@ class _Sinkhorn:
 
 # fields written back to the whole batch when the working set shrinks; with `_INPUTS`, the fields
 # it selects
-_STATE = ('Kt', 'log_u', 'log_v', 'u', 'v', 'err', 'n_item', 'active')
+_STATE = ('Kt', 'log_u', 'log_v', 'u', 'v', 'err', 'n_item', 'active', 'bad')
 _INPUTS = ('logK', 'log_a', 'log_b', 'a', 'b', 'thr', 'wide')
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #75e84c41
@@ -322,7 +322,8 @@ def _setup(a, b, M, reg, stop_thr, log_u0, log_v0, omega, check_inputs):
     thr = item_thresholds(stop_thr, M, b, reg, M_max)  # (...,)
     # (...,) range beyond the dtype: relaxed steps would all be unsafe there
     wide = M_max / reg > 8 * tau
-    if omega != 1 and bool(wide.all()):
+    wide_all, wide_any = torch.stack([wide.all(), wide.any()]).tolist()  # one read, at set-up
+    if omega != 1 and wide_all:
         omega = 1.0
     a, present, logK, log_a, log_b, log_u, log_v, active, Kt, cold = _start(
         a, b, M, reg, log_u0, log_v0, tau
@@ -342,25 +343,25 @@ def _setup(a, b, M, reg, stop_thr, log_u0, log_v0, omega, check_inputs):
         err=torch.full((B,), math.inf, **kw),
         n_item=torch.zeros(B, dtype=torch.long, device=M.device),
         w=1.0 if omega == 1 else torch.ones(B, 1, **kw),  # per-problem omega, 1 at first
+        bad=torch.zeros(B, dtype=torch.bool, device=M.device),
+        now=wide_any,
     ), omega
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #a59f87da
 def _iterate(s, it, omega):
-    """Iteration `it` of the active problems: new corrections u (B, n), v (B, m), or, where unsafe,
-    new potentials and kernels (B, n, m)."""
+    """Iteration `it` of the active problems, nothing read back: new corrections u (B, n), v (B, m)
+    where the scaling step is safe; an unsafe one is marked `bad` for the next check (taken at
+    once, in log domain, when some problem's costs are wide)."""
     s.pending += 1  # counted in `n_item` at the next check; `active` only changes at checks
-    if it == 0 and bool(s.cold.all()):
-        return  # iteration 0 was run in log domain (`_start`)
-    step = s.active if it > 0 else s.active & ~s.cold  # (B,)
+    # (B,) a cold problem's iteration 0 was run in log domain (`_start`)
+    step = s.active if it > 0 else s.active & ~s.cold
     nu, nv, ok = scaling_step(s.Kt, s.u, s.a, s.b, s.tau, s.v, s.w)
-    # common case: no per-item selection
-    if s.every and (it > 0 or not s.cold.any()) and bool(ok.all()):
-        s.u, s.v = nu, nv
-        return
     good, bad = (step & ok).unsqueeze(-1), step & ~ok  # (B, 1), (B,)
     s.u, s.v = torch.where(good, nu, s.u), torch.where(good, nv, s.v)
-    if bad.any():
+    if s.now:
         _log_domain_step(s, bad, omega)
+    else:
+        s.bad = s.bad | bad
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #b490d2f5
 def _log_domain_step(s, bad, omega):
@@ -373,59 +374,64 @@ def _log_domain_step(s, bad, omega):
     s.Kt = _kernel(s.logK, s.log_u, s.log_v, s.Kt, bad)
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #6492276c
-def _check(s, it, omega, check_every):
-    """A convergence check after iteration `it`: errors and iteration counts (B,), the active
-    problems; True when none is left."""
+def _check(s, it, omega, check_every, last=False):
+    """A convergence check after iteration `it`, with one host read: errors and iteration counts
+    (B,), the active problems, the absorptions and waiting log-domain steps; True when none is
+    left."""
     s.n_item, s.pending = s.n_item + s.pending * s.active.long(), 0
     col = s.v * (s.u.unsqueeze(-2) @ s.Kt).squeeze(-2)  # (B, m) $T^\top 1$
     new_err = (col - s.b).norm(dim=-1)  # (B,)
     if omega != 1:
         _relax(s, new_err, check_every if it > 0 else 1, omega)
     s.err = torch.where(s.active, new_err, s.err)  # (B,)
-    _absorb(s)
+    grown = lambda x: x.log().abs().amax(-1) > s.tau / 2  # (B,)
+    far = s.active & (grown(s.u) | grown(s.v))  # (B,) corrections to absorb
     s.active = s.active & ~(s.err < s.thr)
-    s.every = bool(s.active.all())
-    if not s.every and not s.active.any():
+    s.bad = s.bad & s.active
+    # (B + 2,) the check's one host read: which problems go on, whether any absorbs or waits
+    *active, any_far, any_bad = torch.cat([s.active, far.any()[None], s.bad.any()[None]]).tolist()
+    if any_far:
+        _absorb(s, far)
+    if any_bad and not last:  # the unsafe steps since the last check, now in log domain
+        _log_domain_step(s, s.bad, omega)
+        s.bad = torch.zeros_like(s.bad)
+    keep = [k for k, x in enumerate(active) if x]
+    if not keep:
         return True
     # most problems done: go on with the active ones only
-    if it > 0 and 2 * int(s.active.sum()) <= len(s.active):
-        _shrink(s, omega)
+    if it > 0 and 2 * len(keep) <= len(active):
+        _shrink(s, omega, keep)
     return False
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #15288a56
 def _relax(s, new_err, n, omega):
     "Each problem's omega (B, 1) from its error (B,) now and `n` iterations ago."
     s.w = relax_omega(s.w, new_err, s.err, s.active, n, omega)
-    if s.wide.any():
-        s.w = torch.where(s.wide.unsqueeze(-1), torch.ones_like(s.w), s.w)
+    s.w = torch.where(s.wide.unsqueeze(-1), torch.ones_like(s.w), s.w)  # (B, 1)
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #d2ab9133
-def _absorb(s):
-    """Fold the grown corrections u (B, n), v (B, m) of active problems into their potentials;
-    rebuild their kernels (B, n, m)."""
-    grown = lambda x: x.log().abs().amax(-1) > s.tau / 2  # (B,)
-    far = s.active & (grown(s.u) | grown(s.v))  # (B,)
-    if far.any():
-        s.log_u, s.log_v, s.u, s.v = _fold(s.log_u, s.log_v, s.u, s.v, far)
-        s.Kt = _kernel(s.logK, s.log_u, s.log_v, s.Kt, far)
+def _absorb(s, far):
+    """Fold the grown corrections u (B, n), v (B, m) of the problems `far` (B,) into their
+    potentials; rebuild their kernels (B, n, m)."""
+    s.log_u, s.log_v, s.u, s.v = _fold(s.log_u, s.log_v, s.u, s.v, far)
+    s.Kt = _kernel(s.logK, s.log_u, s.log_v, s.Kt, far)
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #9e497c27
-def _shrink(s, omega):
-    "Keep the active problems only: every (B, ...) field indexed by the B' < B active ones."
-    keep = s.active.nonzero().flatten()  # (B',)
+def _shrink(s, omega, keep):
+    """Keep the active problems only, `keep` (a list from the check's read): every (B, ...) field
+    indexed by the B' < B active ones."""
+    keep = torch.tensor(keep, dtype=torch.long, device=s.active.device)  # (B',) from the host
     if s.full is None:  # the whole batch, kept
         s.full = {k: getattr(s, k) for k in _STATE + _INPUTS}
         s.idx = torch.arange(len(s.active), device=s.active.device)
-    else:  # write back the problems that leave the working set
-        leave = (~s.active).nonzero().flatten()
+    else:  # write back the working set (the problems that leave it among them)
         for k in _STATE:
-            s.full[k][s.idx[leave]] = getattr(s, k)[leave]
+            s.full[k][s.idx] = getattr(s, k)
     s.idx = s.idx[keep]
     for k in _STATE + _INPUTS:
         setattr(s, k, getattr(s, k)[keep])
     if omega != 1:
         s.w = s.w[keep]
-    s.every = True
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #4fb029b9
 def _result(s, dtype):
@@ -506,7 +512,7 @@ def sinkhorn_log(
     for it in range(num_iter_max):
         _iterate(s, it, omega)
         at_check = it % check_every == 0 or it == num_iter_max - 1
-        if at_check and _check(s, it, omega, check_every):
+        if at_check and _check(s, it, omega, check_every, it == num_iter_max - 1):
             break
     plan, lg = _result(s, dtype)
     if warn:

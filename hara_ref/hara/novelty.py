@@ -306,7 +306,7 @@ def stage_novelty(
     )
     # (R, T, L_b)
     q = local_assignment(
-        rollout_costs(h, s, hh, pos, mask, Z, gc.clamp(min=0), rows, ends, alpha), mask[rows], reg
+        rollout_costs(h, s, hh, pos, mask, Z, gc.clamp(min=0), alpha)[rows], mask[rows], reg
     )
     # (R, T, L_b), (R, L_b, d+1)
     qs, y = q * s[rows].unsqueeze(-1), hidden.new_zeros(len(rows), Z.shape[-2], d + 1)

@@ -33,6 +33,7 @@ from hara_ref.appendix.bench import (
     BenchHaraConfig,
     BenchOtConfig,
     bench_hara,
+    bench_hara_small,
     bench_ot,
 )
 
@@ -273,6 +274,19 @@ def _print_bench_hara(r: dict, c: BenchHaraConfig):
     )
 
 
+def _print_bench_hara_small(r: dict):
+    "The lines `hara-ref bench hara --small` prints."
+    print(
+        f"batch: {r['B']} rollouts x {r['L']} tokens, d={r['d']}, one prompt, "
+        f"{r['groups']} outcome groups, {r['dtype']}, CPU threads=1"
+    )
+    print(f"barycenter iterations: {r['bary_iters']}")
+    print(
+        f"hara_advantages (small batch): min of {r['repeats']} runs {r['t_min']:.4f} s "
+        f"(median {r['t_median']:.4f} s)"
+    )
+
+
 def bench_hara_cli(argv: list | None = None) -> int:
     """`hara-ref bench hara`: time hara_advantages against its matrix-product lower bound; print the
     ratio."""
@@ -290,13 +304,17 @@ def bench_hara_cli(argv: list | None = None) -> int:
     )
     if c.quick:
         c = replace(c, prompts=2, rollouts=8, length=128, dim=64)
+    dtype = torch.float64 if c.float64 else torch.float32
     bary_kw = {
         **BARY_DEFAULTS,
         'max_iter': c.max_iter,
         'inner_iter': c.inner_iter,
         'anderson': c.anderson,
     }
-    dtype = torch.float64 if c.float64 else torch.float32
+    if c.small:
+        r = bench_hara_small(c.repeats if c.repeats > 1 else 20, dtype=dtype, bary_kw=bary_kw)
+        _print_bench_hara_small(r)
+        return 0 if r['finite'] else 1
     with torch_threads(max(c.threads, 0)):
         shape = (c.prompts, c.rollouts, c.length, c.dim, c.L_b, c.repeats)
         r = bench_hara(*shape, dtype, c.granularity, bary_kw=bary_kw)
