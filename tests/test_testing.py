@@ -731,8 +731,9 @@ def test_trl_own_code_conforms_to_its_conventions():
 
 def test_hara_advantages_takes_every_option_of_the_oracle():
     opts = set(QUANTITIES['hara_advantages'].options)
-    want = set(keyword_options(hara_advantages)) - {'advantages', 'boundaries'}
-    want |= set(keyword_options(hara_novelty)) - {'keep', 'checked', 'compute_dtype'}
+    # tensors a caller adds (inputs, not options) and the novelty's internals are left out
+    want = set(keyword_options(hara_advantages)) - {'advantages', 'boundaries', 'outcomes'}
+    want |= set(keyword_options(hara_novelty)) - {'keep', 'checked', 'compute_dtype', 'outcomes'}
     assert (
         opts == want and {'kappa', 'L_b', 'alpha', 'reg', 'w_max', 'reference', 'span_len'} <= opts
     )

@@ -224,10 +224,11 @@ def keyword_options(fn, skip: tuple = ()) -> dict:
     }
 
 
-# every option of the end-to-end oracle: hara_advantages's and the novelty's it passes on
-HARA_OPTIONS = keyword_options(hara_advantages, ('advantages', 'boundaries')) | keyword_options(
-    hara_novelty, ('keep', 'checked', 'compute_dtype')
-)
+# every option of the end-to-end oracle: hara_advantages's and the novelty's it passes on (the
+# tensors a caller may add, `advantages`, `boundaries` and `outcomes`, are inputs, not options)
+HARA_OPTIONS = keyword_options(
+    hara_advantages, ('advantages', 'boundaries', 'outcomes')
+) | keyword_options(hara_novelty, ('keep', 'checked', 'compute_dtype', 'outcomes'))
 
 
 def _hara_oracle(x: dict, **opts) -> torch.Tensor:
