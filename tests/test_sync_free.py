@@ -9,8 +9,11 @@ index), the error checks of `torch.linalg.solve`/`cholesky` (`_linalg_check_erro
 is a read on a GPU but does nothing on a CPU tensor, so it cannot be seen here."""
 
 import collections
+import json
 import math
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 import pytest
 import torch
@@ -104,6 +107,26 @@ def test_a_sweep_reads_nothing(anderson):
     assert r.total == 0 and bool(bar.live.any()) and int(bar.n_it.max()) > 3
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason='needs a CUDA device')
+def test_a_sweep_makes_the_gpu_host_wait_for_nothing():
+    """On a GPU, CUDA's own sync detector over 20 sweeps: any operation that makes the host wait
+    for the device (a scalar read, `nonzero`, a copy to the host) raises."""
+    h, mask, group = (x.cuda() for x in planted_groups(1))
+    group, Y = bary._checked_groups(h, mask, group, None, 0.25, 'newton')
+    settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
+    settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS)
+    bar = bary._problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
+    bary._first_iterate(bar, 0)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode('error')
+    try:
+        for _ in range(20):
+            bary._sweep(bar)
+    finally:
+        torch.cuda.set_sync_debug_mode('default')
+    assert bool(bar.live.any()) and int(bar.n_it.max()) > 3
+
+
 def test_trials_per_sweep_change_no_number(monkeypatch):
     h, mask, group = planted_groups(2)
     out = {}
@@ -189,3 +212,17 @@ def test_the_small_bench_tool_times_the_small_batch():
     tool = runpy.run_path(str(Path(__file__).parents[1] / 'tools' / 'bench_hara_small.py'))
     for x, y in zip(tool['small_batch'](), small_batch()):
         assert torch.equal(x, y)
+
+
+def test_the_compare_tool_times_checkouts_side_by_side(tmp_path):
+    """`tools/bench_compare.py` runs each checkout in its own process and reports the ratio to the
+    first; the same checkout twice gives two rows, the first with ratio 1."""
+    root = Path(__file__).parents[1]
+    out = tmp_path / 'cmp.json'
+    cmd = [sys.executable, str(root / 'tools' / 'bench_compare.py'), str(root), str(root)]
+    run = subprocess.run(cmd + ['--rounds', '1', '--calls', '1', '--out', str(out)], text=True)
+    assert run.returncode == 0
+    rows = json.loads(out.read_text())['rows']
+    assert len(rows) == 2 and rows[0]['small_ratio'] == 1.0 and rows[1]['small_s'] > 0
+    bad = subprocess.run(cmd + ['--rounds', '0'], capture_output=True, text=True)
+    assert bad.returncode == 2 and '--rounds and --calls must be at least 1' in bad.stderr

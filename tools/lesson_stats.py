@@ -1,0 +1,80 @@
+"""The rhythm of the core chapters, read from the notebooks (nothing is run).
+
+For each chapter of the core path: visible code lines (non-blank lines of code cells without
+`#| hide`, directives left out), the longest visible code cell, how many visible code cells show
+something, and how many figures it draws. A cell *shows something* when it prints, displays or
+plots, or ends with an expression (which the notebook displays); a check (`test_*`) counts as
+silent. Figures are the cells that call `plt.show()` or create a figure.
+
+    python tools/lesson_stats.py [NB_DIR]      # default nbs
+"""
+
+import ast
+import json
+import re
+import sys
+from pathlib import Path
+
+CORE = (
+    '1_rlvr/01_data',
+    '1_rlvr/02_rlvr',
+    '1_rlvr/04_grpo',
+    '2_ot/05_sinkhorn',
+    '2_ot/06_fgw',
+    '2_ot/08_linearization',
+    '3_hara/12_novelty',
+    '3_hara/13_hara',
+    '4_train/15_policy',
+    '4_train/17_rl',
+)
+SHOWS = re.compile(r'\b(print|display|show_results|Markdown)\(|\bplt\.|\bax\w*\.|\.plot\(')
+FIGURE = re.compile(r'plt\.show\(|plt\.subplots\(|plt\.figure\(')
+
+
+def code_lines(src: str) -> list:
+    "The lines of a code cell a reader sees: no directives, no blank lines."
+    return [x for x in src.splitlines() if x.strip() and not x.startswith('#|')]
+
+
+def ends_with_expression(src: str) -> bool:
+    "Does the cell end with an expression the notebook displays (not a call of a test)?"
+    try:
+        body = ast.parse('\n'.join(x for x in src.splitlines() if not x.startswith(('#|', '%'))))
+    except SyntaxError:
+        return False
+    last = body.body[-1] if body.body else None
+    if not isinstance(last, ast.Expr) or src.rstrip().endswith(';'):
+        return False
+    f = last.value.func if isinstance(last.value, ast.Call) else None
+    name = getattr(f, 'id', getattr(f, 'attr', ''))
+    return not name.startswith('test_')
+
+
+def stats(path: Path) -> dict:
+    "The rhythm of one notebook."
+    cells = json.loads(path.read_text())['cells']
+    code = [''.join(c['source']) for c in cells if c['cell_type'] == 'code']
+    vis = [s for s in code if not re.search(r'^#\|\s*hide', s, re.M) and code_lines(s)]
+    shows = [s for s in vis if SHOWS.search(s) or ends_with_expression(s)]
+    return dict(
+        visible_lines=sum(len(code_lines(s)) for s in vis),
+        longest_cell=max((len(code_lines(s)) for s in vis), default=0),
+        visible_cells=len(vis),
+        cells_showing=len(shows),
+        figures=sum(bool(FIGURE.search(s)) for s in code),
+    )
+
+
+def main(root='nbs'):
+    head = ('chapter', 'visible lines', 'longest cell', 'cells showing', 'figures')
+    print('| ' + ' | '.join(head) + ' |\n|' + '---|' * len(head))
+    for ch in CORE:
+        s = stats(Path(root) / f'{ch}.ipynb')
+        print(
+            f"| {ch.split('/')[1]} | {s['visible_lines']} | {s['longest_cell']} | "
+            f"{s['cells_showing']} of {s['visible_cells']} | {s['figures']} |"
+        )
+
+
+if __name__ == '__main__':
+    main(*sys.argv[1:])
