@@ -41,9 +41,9 @@ def small(checkout: Path, n: int) -> float:
     return float(re.search(r'runs ([\d.]+) s', out).group(1))
 
 
-def paper(checkout: Path) -> tuple:
-    "`bench hara --threads 1`: (seconds, barycenter iterations)."
-    out = run(checkout, ['-c', CLI, 'bench', 'hara', '--threads', '1'])
+def paper(checkout: Path, extra: list) -> tuple:
+    "`bench hara --threads 1 [extra]`: (seconds, barycenter iterations)."
+    out = run(checkout, ['-c', CLI, 'bench', 'hara', '--threads', '1', *extra])
     t = float(re.search(r'hara_advantages \(tok\): ([\d.]+) s', out).group(1))
     return t, int(re.search(r'barycenter iterations: (\d+)', out).group(1))
 
@@ -61,7 +61,9 @@ def main(argv=None):
     p.add_argument('checkouts', nargs='+', type=Path, help='checkout roots; the first is the base')
     p.add_argument('--rounds', type=int, default=3)
     p.add_argument('--calls', type=int, default=20, help='small-batch calls per round')
-    p.add_argument('--paper', action='store_true', help="also time the paper's batch")
+    p.add_argument('--paper', action='store_true', help="also time `bench hara`'s batch")
+    p.add_argument('--prompts', type=int, help="`bench hara --prompts` (default: the paper's 16)")
+    p.add_argument('--paper-rounds', type=int, help='rounds of `bench hara` (default: --rounds)')
     p.add_argument('--out', type=Path, help='write the results as JSON here')
     a = p.parse_args(argv)
     if a.rounds < 1 or a.calls < 1:
@@ -74,10 +76,11 @@ def main(argv=None):
     for r in range(a.rounds):
         for c, n in zip(a.checkouts, names):
             t_small[n].append(small(c, a.calls))
-            if a.paper:
-                t_paper[n].append(paper(c))
+            timed = a.paper and r < (a.paper_rounds or a.rounds)
+            if timed:
+                t_paper[n].append(paper(c, ['--prompts', str(a.prompts)] if a.prompts else []))
             print(f"round {r + 1}: {n}: small {t_small[n][-1]:.4f} s", end='')
-            print(f", paper {t_paper[n][-1][0]:.2f} s" if a.paper else '', flush=True)
+            print(f", bench hara {t_paper[n][-1][0]:.2f} s" if timed else '', flush=True)
     base = names[0]
     rows = []
     for n in names:
@@ -96,6 +99,8 @@ def main(argv=None):
             threads='1 thread (OMP_NUM_THREADS=1, MKL_NUM_THREADS=1), one process at a time',
         )
         res = how | dict(rounds=a.rounds, calls=a.calls, rows=rows)
+        if a.paper:
+            res |= dict(paper_rounds=a.paper_rounds or a.rounds, prompts=a.prompts or 16)
         a.out.write_text(json.dumps(res, indent=1))
 
 
