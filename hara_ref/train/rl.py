@@ -33,11 +33,10 @@ __all__ = ['BASE_METHODS', 'ALLOCATIONS', 'LOSS_AGG', 'TRAIN_RANGES', 'HOOK_HOME
 # %% ../../nbs/4_train/17_rl.ipynb #rlone002
 def rl_step_reference(
     model, opt, tokenizer, items: list, reward_fn, generator: torch.Generator, credit: str = 'grpo'
-) -> dict:  # seconds of each phase
+) -> dict:  # the step's batch: rollouts, rewards, A_i, w, log pi_old
     """One RLVR step with GRPO or HARA-tok credit (`credit` 'grpo' | 'hara') on `items` (dicts with
     'prompt' and 'answer'): sample, verify, score, advantages, PPO-clip updates."""
     G, epochs, minibatches, max_new_tokens = 8, 2, 2, 40  # `TrainConfig`'s defaults
-    t, t0 = {}, time.perf_counter()
     prompts = [it['prompt'] for it in items for _ in range(G)]  # B = len(items) * G
     answers = [it['answer'] for it in items for _ in range(G)]
     group_ids = torch.arange(len(items)).repeat_interleave(G)  # (B,)
@@ -45,19 +44,15 @@ def rl_step_reference(
     model.eval()
     eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
     ri, rm = sample(model, pi, pm, max_new_tokens, eos, pad, 1.0, generator)  # (B, T)
-    t['sample'], t0 = time.perf_counter() - t0, time.perf_counter()
     r = rewards_of(tokenizer, ri, rm, answers, reward_fn)[0]  # (B,) r(q, o_i) in {0, 1}
-    t['verify'], t0 = time.perf_counter() - t0, time.perf_counter()
-    with torch.no_grad():  # log pi_old, and the last layer's hidden states for HARA
-        old_logp, _, hidden = policy_forward(
-            model, pi, pm, ri, rm, -1 if credit == 'hara' else None
-        )
-    t['score'], t0 = time.perf_counter() - t0, time.perf_counter()
-    if credit == 'hara':  # A_i w_{i,t}: HARA-tok's weights on GRPO's advantages
-        A = hara_advantages(hidden.float(), rm, r, group_ids)[0]  # (B, T)
-    else:
-        A = group_advantages(r, group_ids)[:, None] * rm  # (B, T) A_i on every token
-    t['credit'], t0 = time.perf_counter() - t0, time.perf_counter()
+    layer = -1 if credit == 'hara' else None  # HARA reads the last layer's hidden states
+    with torch.no_grad():  # log pi_old (B, T), and the hidden states (B, T, d) for HARA
+        old_logp, _, hidden = policy_forward(model, pi, pm, ri, rm, layer)
+    A_i = group_advantages(r, group_ids)  # (B,) Eq. (3): (r_i - mean_g r) / (std_g r + delta)
+    w = torch.ones_like(old_logp)  # (B, T) GRPO: every token carries A_i
+    if credit == 'hara':  # HARA-tok's weights w_{i,t}, from the novelty of the hidden states
+        w = hara_advantages(hidden.float(), rm, r, group_ids)[1].weights  # (B, T)
+    A = A_i[:, None] * w * rm  # (B, T) \hat A_{i,t} = A_i w_{i,t} on response tokens
     model.train()
     for _ in range(epochs):  # PPO-clip, Eq. (8), on shuffled minibatches
         for idx in torch.randperm(len(r), generator=generator).chunk(minibatches):
@@ -67,8 +62,7 @@ def rl_step_reference(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-    t['update'] = time.perf_counter() - t0
-    return t
+    return dict(rollouts=(pi, pm, ri, rm), rewards=r, A_i=A_i, w=w, old_logp=old_logp)
 
 # %% ../../nbs/4_train/17_rl.ipynb #029c8aca
 # hp-rlvr: one rollout per prompt, hindsight credit (chapter 34_hp_rlvr)
