@@ -68,6 +68,9 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.rounds < 1 or a.calls < 1:
         p.error('--rounds and --calls must be at least 1')
+    paper_rounds = a.rounds if a.paper_rounds is None else a.paper_rounds
+    if not 1 <= paper_rounds <= a.rounds:
+        p.error(f"--paper-rounds must be in [1, --rounds = {a.rounds}], got {paper_rounds}")
     names = [f"code {commit(c)}" for c in a.checkouts]
     if len(set(names)) < len(names):
         names = [f"{n} ({c})" for n, c in zip(names, a.checkouts)]
@@ -76,7 +79,7 @@ def main(argv=None):
     for r in range(a.rounds):
         for c, n in zip(a.checkouts, names):
             t_small[n].append(small(c, a.calls))
-            timed = a.paper and r < (a.paper_rounds or a.rounds)
+            timed = a.paper and r < paper_rounds
             if timed:
                 t_paper[n].append(paper(c, ['--prompts', str(a.prompts)] if a.prompts else []))
             print(f"round {r + 1}: {n}: small {t_small[n][-1]:.4f} s", end='')
@@ -100,7 +103,7 @@ def main(argv=None):
         )
         res = how | dict(rounds=a.rounds, calls=a.calls, rows=rows)
         if a.paper:
-            res |= dict(paper_rounds=a.paper_rounds or a.rounds, prompts=a.prompts or 16)
+            res |= dict(paper_rounds=paper_rounds, prompts=a.prompts or 16)
         a.out.write_text(json.dumps(res, indent=1))
 
 
