@@ -6,7 +6,7 @@ something, and how many figures it draws. A cell *shows something* when it print
 plots, or ends with an expression (which the notebook displays); a check (`test_*`) counts as
 silent. Figures are the cells that call `plt.show()` or create a figure.
 
-    python tools/lesson_stats.py [NB_DIR]      # default nbs
+    python tools/lesson_stats.py [NB_DIR]      # default nbs; the chapters of NB_DIR/core_path.txt
 """
 
 import ast
@@ -15,18 +15,6 @@ import re
 import sys
 from pathlib import Path
 
-CORE = (
-    '1_rlvr/01_data',
-    '1_rlvr/02_rlvr',
-    '1_rlvr/04_grpo',
-    '2_ot/05_sinkhorn',
-    '2_ot/06_fgw',
-    '2_ot/08_linearization',
-    '3_hara/12_novelty',
-    '3_hara/13_hara',
-    '4_train/15_policy',
-    '4_train/17_rl',
-)
 SHOWS = re.compile(r'\b(print|display|show_results|Markdown)\(|\bplt\.|\bax\w*\.|\.plot\(')
 FIGURE = re.compile(r'plt\.show\(|plt\.subplots\(|plt\.figure\(')
 
@@ -68,10 +56,10 @@ def stats(path: Path) -> dict:
 def main(root='nbs'):
     head = ('chapter', 'visible lines', 'longest cell', 'cells showing', 'figures')
     print('| ' + ' | '.join(head) + ' |\n|' + '---|' * len(head))
-    for ch in CORE:
-        s = stats(Path(root) / f'{ch}.ipynb')
+    for ch in Path(root, 'core_path.txt').read_text().split():
+        s = stats(Path(root) / ch)
         print(
-            f"| {ch.split('/')[1]} | {s['visible_lines']} | {s['longest_cell']} | "
+            f"| {Path(ch).stem} | {s['visible_lines']} | {s['longest_cell']} | "
             f"{s['cells_showing']} of {s['visible_cells']} | {s['figures']} |"
         )
 
