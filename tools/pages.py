@@ -29,6 +29,7 @@ A core notebook with no outputs and no hash is not rendered yet: `check` names i
 import argparse
 import ast
 import hashlib
+import html
 import json
 import os
 import re
@@ -268,15 +269,37 @@ def check_notebook(path: Path, core: bool, root: Path = ROOT) -> tuple:
     return probs, True
 
 
-def check_site(site: Path) -> list:
-    "The built pages of `make docs` (_docs/*.html), scanned for the same unclean patterns."
-    probs = []
-    for page in sorted(site.glob('*.html')):
-        text = re.sub(r'<[^>]+>', '', page.read_text())
-        probs += [f'{page.name}: {what} on the page' for what in check_text(text)]
-        if 'class="output stderr"' in page.read_text():
-            probs.append(f'{page.name}: a stderr output on the page')
+BLOCK = re.compile(
+    r'<div class="highlight">(?P<code>.*?)</div>'
+    r'|<pre class="output(?P<cls>[^"]*)">(?P<pre>.*?)</pre>'
+    r'|<div class="output">(?P<div>.*?)</div>',
+    re.S,
+)
+
+
+def check_page(page: Path) -> list:
+    """A built page (tools/docs.py): the outputs on it scanned for the same unclean patterns; the
+    outputs of a code block with the marker comment are let be."""
+    probs, marked = [], False
+    for m in BLOCK.finditer(page.read_text()):
+        if m['code'] is not None:
+            marked = MARKER in html.unescape(re.sub(r'<[^>]+>', '', m['code']))
+            continue
+        if marked:
+            continue
+        text = html.unescape(re.sub(r'<[^>]+>', '', m['pre'] or m['div'] or ''))
+        bad = check_text(text) + [
+            f'{c} output' for c in ('stderr', 'error') if c in (m['cls'] or '')
+        ]
+        probs += [f'{page.name}: {what} on the page' for what in bad]
     return probs
+
+
+def check_site(site: Path, root: Path = ROOT) -> list:
+    """The pages of the core chapters in a site built by `make docs` (its HTML, no browser),
+    scanned as `check_page` does; [] when there is no such site."""
+    pages = [site / f'{p.stem}.html' for p in core_notebooks(root)]
+    return [line for page in pages if page.exists() for line in check_page(page)]
 
 
 def check(nbs=None, root: Path = ROOT, strict: bool = False, site: Path = None) -> int:
@@ -290,8 +313,8 @@ def check(nbs=None, root: Path = ROOT, strict: bool = False, site: Path = None) 
             unrendered.append(
                 p.relative_to(root / 'nbs').as_posix() if p.is_relative_to(root / 'nbs') else str(p)
             )
-    if site is not None and site.is_dir():
-        probs += check_site(site)
+    if site is not None:
+        probs += check_site(site, root)
     if strict:
         probs += [f'{n}: not rendered (run make pages)' for n in unrendered]
     for line in probs:
@@ -401,7 +424,9 @@ if __name__ == '__main__':
     ap.add_argument('notebooks', nargs='*', type=Path, help='default: nbs/core_path.txt')
     ap.add_argument('--skip-slow', action='store_true', help='render: leave `slow` cells unrun')
     ap.add_argument('--strict', action='store_true', help='check: every core notebook rendered')
-    ap.add_argument('--site', type=Path, help='check: also scan the HTML pages in this folder')
+    ap.add_argument(
+        '--site', type=Path, help='check: also scan the core pages of this built site (_docs)'
+    )
     a = ap.parse_args()
     if a.command == 'render-one':
         render_one(a.notebooks[0].resolve(), a.skip_slow)
