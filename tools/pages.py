@@ -222,9 +222,7 @@ def unclean(o: dict) -> list:
         bad.append('a stderr stream')
     if o.get('output_type') == 'error':
         bad.append(f'an error ({o.get("ename", "")})')
-    text = output_text(o)
-    bad += [what for pat, what in UNCLEAN if pat.search(text)]
-    return bad
+    return bad + check_text(output_text(o))
 
 
 def check_text(text: str) -> list:
@@ -243,7 +241,7 @@ def check_notebook(path: Path, core: bool, root: Path = ROOT) -> tuple:
     if not core:
         probs += [
             f'{name}: cell {c.get("id")}: outputs in a notebook off the core path '
-            '(only nbs/core_path.txt notebooks carry outputs): run nbdev_clean --clear_all'
+            f'(only nbs/core_path.txt notebooks carry them): nbdev_clean --clear_all --fname {path}'
             for c in with_out
         ]
         if meta:
