@@ -3,8 +3,11 @@
 #   make test    every check: package/notebook sync, ruff, all notebooks (nbdev_test), pytest
 # and for readers:
 #   make docs        run every notebook and render it, figures and math included, into the static site _docs/
-#   make docs-check  open every page of _docs/ in headless Chromium: screenshots, fails on JS errors, broken
-#                    images, untypeset math or error output (Debian: apt-get install chromium)
+#   make pages       run the core chapters (nbs/core_path.txt), their outputs written into the notebooks,
+#                    to commit: GitHub and Jupyter show their figures and numbers without a build
+#   make docs-check  the committed outputs current and clean (tools/pages.py check), then every page of
+#                    _docs/ in headless Chromium: screenshots, fails on JS errors, broken images,
+#                    untypeset math or error output (Debian: apt-get install chromium)
 SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -15,7 +18,7 @@ export MPLBACKEND := Agg
 # the numerical notebooks: OT, HARA and float32 comparisons (tolerances from `rounding_tol`, 02_rlvr)
 NUM_NBS := 02_rlvr|05_sinkhorn|06_fgw|08_linearization|12_novelty|13_hara|15_policy|24_trl|29_sinkhorn_batched|30_newton|31_barycenters|34_hp_rlvr|hara_math
 
-.PHONY: install train test sync nbtest pytest docs docs-check
+.PHONY: install train test sync nbtest pytest pages docs docs-check
 install:
 	@bash tools/install.sh
 
@@ -24,6 +27,8 @@ train: install
 
 test: install
 	PATH="$(abspath $(BIN)):$$PATH" bash tools/check_sync.sh
+	# the core chapters' committed outputs come from the committed code and are clean (nothing is run)
+	$(BIN)/python tools/pages.py check
 	# code reads on the rendered page: lines of at most 100 characters, one statement per line
 	$(BIN)/ruff check nbs hara_ref tests tools examples
 	$(BIN)/ruff format --check nbs tests tools examples
@@ -44,10 +49,18 @@ test: install
 	    $(BIN)/python -m pytest -q -n 2 -m 'numerical or float32' tests || exit 1; \
 	done < <($(BIN)/python tools/mkl_paths.py)
 
+pages: install
+	# the core chapters (nbs/core_path.txt) run as make test runs them, `slow` cells included, their
+	# outputs and a provenance hash written into the committed notebooks, then checked
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python tools/pages.py render
+
 docs: install
 	# as make test runs the notebooks: two at a time, one BLAS/OpenMP thread each
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python tools/docs.py
 
 docs-check: install
+	$(BIN)/python tools/pages.py check
 	@[ -f _docs/index.html ] || $(MAKE) docs
+	# the core chapters' built pages: no stderr, warning, progress bar or traceback in their outputs
+	$(BIN)/python tools/pages.py check --site _docs
 	$(BIN)/python tools/docs_check.py

@@ -77,6 +77,11 @@ def run_notebook(path: Path, execute: bool = True):
     nb = NBProcessor(path).nb
     if not execute:
         return nb
+    # a core chapter's committed outputs (tools/pages.py) go: execnb keeps a cell's old outputs
+    # when the cell now shows nothing
+    for c in nb.cells:
+        if c.cell_type == 'code':
+            c.outputs = []
     from execnb.shell import CaptureShell
     from fastcore.xtras import working_directory
 
