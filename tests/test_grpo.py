@@ -1,4 +1,5 @@
-"""Property tests, trainer cross-checks and failure cases for hara_ref.rlvr.grpo (chapter 04_grpo).
+"""Property tests, trainer cross-checks and failure cases for hara_ref.rlvr.grpo (chapter 04_grpo)
+and hara_ref.appendix.conventions (chapter 41_trainer_conventions).
 
 The numpy functions below re-implement, independently of hara_ref, the formulas read in TRL
 `trl/trainer/grpo_trainer.py` (`_generate_and_score_completions`, `_compute_loss`) and verl
@@ -15,15 +16,19 @@ import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 from hara_ref.rlvr.grpo import (
-    AGG_MODES,
     masked_mean,
     group_stats,
     group_advantages,
+    token_advantages,
+    k3_kl,
+    clipped_token_loss,
+)
+from hara_ref.appendix.conventions import (
+    AGG_MODES,
+    trainer_advantages,
     trl_advantages,
     verl_advantages,
     base_advantages,
-    token_advantages,
-    k3_kl,
     aggregate_loss,
     ppo_clip_loss,
     dynamic_sampling_mask,
@@ -176,7 +181,7 @@ def contiguous_groups(draw):
 )
 def test_group_mean_zero(rg, method, scale):
     r, g = rg
-    adv = group_advantages(r, g, method, scale=scale)
+    adv = trainer_advantages(r, g, method, scale=scale)
     assert torch.isfinite(adv).all()
     # sum_i (r_i - mean_g) is 0 up to rounding; GRPO then divides by (std + eps) >= eps = 1e-6
     amplify = 1e6 if method == 'grpo' and scale != 'none' else 1.0
@@ -195,11 +200,11 @@ def test_group_mean_zero(rg, method, scale):
 def test_permutation_equivariance(rg, method, singleton, seed):
     r, g = rg
     perm = torch.randperm(len(r), generator=torch.Generator().manual_seed(seed))
-    a = group_advantages(r, g, method, singleton=singleton)
-    b = group_advantages(r[perm], g[perm], method, singleton=singleton)
+    a = trainer_advantages(r, g, method, singleton=singleton)
+    b = trainer_advantages(r[perm], g[perm], method, singleton=singleton)
     torch.testing.assert_close(b, a[perm], rtol=1e-12, atol=1e-12)
     # relabelling the groups (ints -> strings, other order) changes nothing
-    c = group_advantages(r, [f'prompt-{9 - int(x)}' for x in g], method, singleton=singleton)
+    c = trainer_advantages(r, [f'prompt-{9 - int(x)}' for x in g], method, singleton=singleton)
     torch.testing.assert_close(c, a, rtol=1e-12, atol=1e-12)
 
 
@@ -212,6 +217,22 @@ def test_grpo_affine_invariance(rg, a, b):
     _, sd, _ = group_stats(r, g)
     ok = torch.nan_to_num(sd, nan=0.0) > 1e-6  # groups with real spread (others are ~0 in both)
     torch.testing.assert_close(y[ok], x[ok], rtol=1e-6, atol=1e-6)
+
+
+@SET
+@given(
+    rg=grouped_rewards(),
+    method=st.sampled_from(['grpo', 'drgrpo', 'rloo']),
+    eps=st.sampled_from([0.0, 1e-6, 1e-4]),
+)
+def test_lesson_advantages_are_the_engines_at_its_defaults(rg, method, eps):
+    r, g = rg
+    assert torch.equal(group_advantages(r, g, method, eps), trainer_advantages(r, g, method, eps))
+    assert torch.equal(
+        group_advantages(r.float(), g, method), trainer_advantages(r.float(), g, method)
+    )
+    for m in ('grpo', 'drgrpo', 'dapo', 'rloo'):
+        assert torch.equal(group_advantages(r, g, m), base_advantages(r, g, m))
 
 
 @SET
@@ -543,29 +564,34 @@ def test_overlong_penalty(Lmax, data):
 @pytest.mark.parametrize(
     'bad, msg',
     [
-        (lambda: group_advantages(torch.tensor([1.0, float('nan')]), [0, 0]), 'NaN'),
-        (lambda: group_advantages(torch.tensor([1.0, float('inf')]), [0, 0]), 'inf'),
-        (lambda: group_advantages(torch.tensor([1.0, 0.0]), [0, 0, 1]), '3 entries for 2 rewards'),
+        (lambda: trainer_advantages(torch.tensor([1.0, float('nan')]), [0, 0]), 'NaN'),
+        (lambda: group_advantages(torch.tensor([1.0, float('inf')]), [0, 0]), 'finite'),
+        (lambda: group_advantages(torch.tensor([1.0, 0.0]), [0, 0], 'ppo'), 'method must be'),
+        (lambda: trainer_advantages(torch.tensor([1.0, float('inf')]), [0, 0]), 'inf'),
         (
-            lambda: group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0, 1])),
+            lambda: trainer_advantages(torch.tensor([1.0, 0.0]), [0, 0, 1]),
+            '3 entries for 2 rewards',
+        ),
+        (
+            lambda: trainer_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0, 1])),
             'group_ids must be (2,)',
         ),
         (
-            lambda: group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])),
+            lambda: trainer_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])),
             'integer ids',
         ),
-        (lambda: group_advantages(torch.zeros(2, 2), [0, 0]), '1-D'),
-        (lambda: group_advantages(torch.zeros(0), []), 'non-empty'),
+        (lambda: trainer_advantages(torch.zeros(2, 2), [0, 0]), '1-D'),
+        (lambda: trainer_advantages(torch.zeros(0), []), 'non-empty'),
         (
-            lambda: group_advantages(torch.tensor([1.0, 0.0, 1.0]), [0, 0, 1], singleton='raise'),
+            lambda: trainer_advantages(torch.tensor([1.0, 0.0, 1.0]), [0, 0, 1], singleton='raise'),
             'groups of size 1',
         ),
-        (lambda: group_advantages(torch.tensor([1.0, 0.0]), [0, 0], 'ppo'), 'method must be'),
+        (lambda: trainer_advantages(torch.tensor([1.0, 0.0]), [0, 0], 'ppo'), 'method must be'),
         (
-            lambda: group_advantages(torch.tensor([1.0, 0.0]), [0, 0], scale='global'),
+            lambda: trainer_advantages(torch.tensor([1.0, 0.0]), [0, 0], scale='global'),
             'scale must be',
         ),
-        (lambda: group_advantages(torch.tensor([1.0, 0.0]), [0, 0], eps=-1.0), 'eps must be'),
+        (lambda: trainer_advantages(torch.tensor([1.0, 0.0]), [0, 0], eps=-1.0), 'eps must be'),
         (
             lambda: verl_advantages(torch.tensor([1.0, 0.0]), [0, 0], adv_estimator='gae'),
             'adv_estimator',
@@ -661,6 +687,31 @@ def test_bad_input(bad, msg):
     with pytest.raises((ValueError, TypeError)) as e:
         bad()
     assert msg in str(e.value)
+
+
+@SET
+@given(
+    B=st.integers(1, 5),
+    T=st.integers(1, 6),
+    seed=st.integers(0, 10**6),
+    clip=st.sampled_from([(0.2, 0.2), (0.2, 0.28), (0.1, 0.5)]),
+    beta=st.sampled_from([0.0, 0.04]),
+)
+def test_lesson_loss_is_the_engines_at_its_settings(B, T, seed, clip, beta):
+    g = torch.Generator().manual_seed(seed)
+    lp = -3 * torch.rand(B, T, generator=g, dtype=f64)
+    old = lp + 0.5 * torch.randn(B, T, generator=g, dtype=f64)
+    ref = lp + 0.3 * torch.randn(B, T, generator=g, dtype=f64)
+    m = torch.rand(B, T, generator=g) < 0.7
+    m[0, 0] = True
+    A = torch.randn(B, generator=g, dtype=f64)
+    x1, x2 = lp.clone().requires_grad_(), lp.clone().requires_grad_()
+    eng = ppo_clip_loss(x1, old, A, m, *clip, ref_logp=ref, beta=beta)[0]
+    les = clipped_token_loss(x2, old, token_advantages(A, m), m, *clip, ref, beta)
+    eng.backward()
+    les.backward()
+    torch.testing.assert_close(les, eng, rtol=1e-13, atol=1e-13)
+    torch.testing.assert_close(x2.grad, x1.grad, rtol=1e-13, atol=1e-13)
 
 
 def test_nan_at_padding_never_leaks():

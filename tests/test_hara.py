@@ -22,7 +22,7 @@ from hara_ref.hara.baselines import (
     window_starts,
 )
 from hara_ref.practice.commands import bench_hara_cli
-from hara_ref.rlvr.grpo import base_advantages
+from hara_ref.appendix.conventions import base_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
 from test_hara_novelty import gauss_batch as _gauss_batch  # i.i.d. Gaussian rollouts, 4 prompts x 8
 

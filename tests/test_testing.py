@@ -31,7 +31,8 @@ from hara_ref.testing.strategies import DTYPES, build_case, case_flags, case_spe
 import hara_ref
 from hara_ref.testing.vectors import check_cli, check_parser, check_vectors, read_vectors
 from hara_ref.testing.vectors import write_vectors
-from hara_ref.rlvr.grpo import AGG_MODES, group_advantages, ppo_clip_loss, k3_kl
+from hara_ref.rlvr.grpo import group_advantages, k3_kl
+from hara_ref.appendix.conventions import AGG_MODES, ppo_clip_loss
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.ot.fgw_barycenter import sq_dists
 from hara_ref.hara.novelty import hara_novelty

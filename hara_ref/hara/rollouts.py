@@ -9,7 +9,7 @@ import numbers
 from dataclasses import dataclass, field
 import warnings
 import torch
-from ..rlvr.grpo import base_advantages, group_index
+from ..rlvr.grpo import group_advantages as base_advantages, group_index
 
 # %% auto #0
 __all__ = ['check_rollouts', 'check_mask', 'check_labels', 'check_scalar', 'field_errors', 'check_binary', 'outcome_groups',

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 
 # %% auto #0
-__all__ = ['PlantedRollouts', 'stage_order', 'planted_stage_rollouts', 'Problem', 'sum_problem', 'sum_solution', 'is_heldout',
-           'sum_task']
+__all__ = ['PlantedRollouts', 'stage_order', 'stage_labels', 'planted_stage_rollouts', 'Problem', 'sum_problem', 'sum_solution',
+           'is_heldout', 'sum_task']
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #bd0010bf
 @dataclass
@@ -46,6 +46,30 @@ def stage_order(
         order += [s, s] if rng.random() < p_repeat else [s]
     return order + [n_stages - 1] if n_stages > 1 else order
 
+# %% ../../nbs/1_rlvr/01_data.ipynb #dat01sl1
+def stage_labels(
+    K: int,  # rollouts
+    n_stages: int,  # n_s, number of planted stages
+    rng: random.Random,  # random source: visiting orders and visit lengths
+    stage_len: tuple = (3, 6),  # (min, max) tokens per stage visit, inclusive
+    p_skip: float = 0.0,  # order perturbations (see `stage_order`)
+    p_repeat: float = 0.0,
+    p_swap: float = 0.0,
+    substitute: tuple | None = None,  # (i, k): rollout i's k-th visited stage becomes stage n_s
+) -> torch.Tensor:  # (K, T) long, stage of each token, -1 on padding
+    "The stage of every token of K rollouts, each visiting `stage_order`'s stages."
+    rows = []
+    for i in range(K):
+        order = stage_order(n_stages, rng, p_skip, p_repeat, p_swap)
+        if substitute is not None and substitute[0] == i:
+            if not 0 <= substitute[1] < len(order):
+                raise ValueError(
+                    f"substitute stage index {substitute[1]} outside 0..{len(order) - 1}"
+                )
+            order[substitute[1]] = n_stages  # the novel stage
+        rows.append(torch.tensor([s for s in order for _ in range(rng.randint(*stage_len))]))
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=-1)  # (K, T)
+
 # %% ../../nbs/1_rlvr/01_data.ipynb #5f175343
 def planted_stage_rollouts(
     K: int = 8,  # rollouts in the group
@@ -67,26 +91,12 @@ def planted_stage_rollouts(
     if not 1 <= stage_len[0] <= stage_len[1]:
         raise ValueError(f"stage_len must be 1 <= min <= max, got {stage_len}")
     rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
-    # (S+1, d)
-    centers = torch.nn.functional.normalize(
-        torch.randn(n_stages + 1, d, generator=g, dtype=torch.float64), dim=-1
-    )
-    rows = []
-    for i in range(K):
-        order = stage_order(n_stages, rng, p_skip, p_repeat, p_swap)
-        if substitute is not None and substitute[0] == i:
-            if not 0 <= substitute[1] < len(order):
-                raise ValueError(
-                    f"substitute stage index {substitute[1]} outside 0..{len(order) - 1}"
-                )
-            order[substitute[1]] = n_stages
-        rows.append(torch.tensor([s for s in order for _ in range(rng.randint(*stage_len))]))
-    T = max(len(r) for r in rows)
-    stages = torch.full((K, T), -1, dtype=torch.long)  # (K, T)
-    for i, r in enumerate(rows):
-        stages[i, : len(r)] = r
+    randn = torch.randn(n_stages + 1, d, generator=g, dtype=torch.float64)  # (S+1, d)
+    centers = torch.nn.functional.normalize(randn, dim=-1)  # (S+1, d) unit vectors
+    # (K, T) stage of each token, -1 on padding
+    stages = stage_labels(K, n_stages, rng, stage_len, p_skip, p_repeat, p_swap, substitute)
     mask = stages >= 0  # (K, T)
-    xi = torch.randn(K, T, d, generator=g, dtype=torch.float64) / d**0.5  # (K, T, d)
+    xi = torch.randn(*stages.shape, d, generator=g, dtype=torch.float64) / d**0.5  # (K, T, d)
     hidden = (centers[stages.clamp(min=0)] + noise * xi) * mask[..., None]  # (K, T, d)
     return PlantedRollouts(
         hidden.to(dtype), mask, stages, centers[:n_stages].to(dtype), centers[n_stages].to(dtype)

@@ -14,12 +14,12 @@ import torch
 from hypothesis import HealthCheck, Verbosity, given, settings, seed as hyp_seed
 
 from .strategies import DTYPES, build_case, case_specs, case_flags
-from hara_ref.rlvr.grpo import (
+from ..rlvr.grpo import k3_kl
+from hara_ref.appendix.conventions import (
     AGG_MODES,
-    group_advantages,
+    trainer_advantages,
     trl_advantages,
     verl_advantages,
-    k3_kl,
     ppo_clip_loss,
 )
 from ..ot.fgw import chain_positions, normalize_features
@@ -60,7 +60,7 @@ class Quantity:
     choices: dict = dataclasses.field(default_factory=dict)
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #50299eb0
-# convention -> the keywords of `group_advantages` it stands for
+# convention -> the keywords of `trainer_advantages` it stands for
 GRPO_CONVENTIONS = {
     'grpo': dict(method='grpo', eps=1e-6, singleton='zero'),
     'dr_grpo': dict(method='drgrpo', singleton='zero'),
@@ -81,7 +81,7 @@ CONSTANT_NAMES = {
 
 def _grpo_oracle(x: dict, convention: str = 'grpo') -> torch.Tensor:
     "Group advantages (B,) under a named convention."
-    return group_advantages(x['rewards'], x['group_ids'], **GRPO_CONVENTIONS[convention])  # (B,)
+    return trainer_advantages(x['rewards'], x['group_ids'], **GRPO_CONVENTIONS[convention])  # (B,)
 
 
 def constants_text(constants: dict) -> str:

@@ -18,7 +18,7 @@ import torch
 
 from ..hara.rollouts import check_scalar
 from .strategies import LAYOUTS, SPECS, build_case, case_flags, case_specs
-from ..rlvr.grpo import AGG_MODES
+from ..appendix.conventions import AGG_MODES
 from hara_ref.testing import (
     GRPO_CONVENTIONS,
     QUANTITIES,

@@ -8,13 +8,8 @@ import os
 import time
 from dataclasses import dataclass
 import torch
-from hara_ref.rlvr.grpo import (
-    group_advantages,
-    ppo_clip_loss,
-    masked_mean,
-    dynamic_sampling_mask,
-    overlong_penalty,
-)
+from ..rlvr.grpo import group_advantages, masked_mean
+from ..appendix.conventions import ppo_clip_loss, dynamic_sampling_mask, overlong_penalty
 from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
 from ..hara.rollouts import field_errors
 from hara_ref.train.policy import (
