@@ -12,11 +12,8 @@ from ..ot.fgw import chain_positions
 from ..appendix.barycenters import group_barycenters, feature_scales, rollout_costs
 from ..ot.lfgw import linear_cost, chain_tau_bar
 from ..appendix.exact import EXACT_DEFAULTS, exact_group_barycenters
+from ..appendix.checks import check_rollouts, check_scalar, check_binary, check_outcomes
 from hara_ref.hara.rollouts import (
-    check_rollouts,
-    check_scalar,
-    check_binary,
-    check_outcomes,
     outcome_groups,
     pack_slots,
     group_mean,

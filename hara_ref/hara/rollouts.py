@@ -4,163 +4,13 @@
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #1457319e
 from __future__ import annotations
-import math
-import numbers
 from dataclasses import dataclass, field
 import warnings
 import torch
-from ..rlvr.grpo import base_advantages, group_index
 
 # %% auto #0
-__all__ = ['check_rollouts', 'check_mask', 'check_labels', 'check_scalar', 'field_errors', 'check_binary', 'outcome_groups',
-           'check_outcomes', 'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median',
-           'geometric_median', 'group_geometric_median', 'Reweighting', 'base_or_given', 'apply_weights']
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #e5fa9479
-def check_rollouts(
-    hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens
-    mask: torch.Tensor,  # (B, T) bool (or 0/1), True on real tokens, a prefix of each row
-    rewards: torch.Tensor,  # (B,) verifiable rewards
-    group_ids: torch.Tensor,  # (B,) prompt id of each rollout: integers, or str (any hashable)
-) -> tuple:
-    "Validate a batch: (hidden, NaN/Inf padding zeroed; bool mask; rewards; ids; notes), detached."
-    # numpy arrays are accepted
-    if hasattr(hidden, '__array__') and not isinstance(hidden, torch.Tensor):
-        hidden = torch.as_tensor(hidden)
-    if isinstance(hidden, torch.Tensor):
-        hidden = hidden.detach()  # weights carry no gradient
-    if not isinstance(hidden, torch.Tensor) or hidden.ndim != 3:
-        raise ValueError(
-            f"hidden must be a (B, T, d) tensor, got shape {tuple(getattr(hidden, 'shape', ()))}"
-        )
-    if not hidden.is_floating_point():
-        raise TypeError(f"hidden must be floating point, got {hidden.dtype}")
-    B, T, notes = *hidden.shape[:2], []
-    if hidden.dtype in (torch.float16, torch.bfloat16):
-        notes.append(f"hidden upcast from {hidden.dtype} to torch.float32")
-        hidden = hidden.float()
-    mask = check_mask(torch.as_tensor(mask, device=hidden.device), B, T)
-    # (B, T) one pass over hidden; NaN/Inf show up here
-    norms = torch.linalg.vector_norm(hidden, dim=-1)
-    # exact check only then (a norm can also overflow on finite values)
-    if (mask & ~torch.isfinite(norms)).any():
-        bad = mask & ~torch.isfinite(hidden).all(-1)  # (B, T)
-        if bad.any():
-            i, t = bad.nonzero()[0].tolist()
-            raise ValueError(f"hidden has NaN/Inf on real tokens (first at rollout {i}, token {t})")
-    zero = mask & (norms == 0)  # (B, T) a norm can underflow to 0 on tiny entries: exact check then
-    if zero.any() and (zero := zero & ~(hidden != 0).any(-1)).any():  # a zero vector: no direction
-        i, t = zero.nonzero()[0].tolist()
-        raise ValueError(
-            f"hidden is all zero on a real token (first at rollout {i}, token {t}): "
-            "degenerate hidden states"
-        )
-    # NaN/Inf on padding: zero the padding (a copy, only then); finite padding is never read
-    if not torch.isfinite(norms).all():
-        hidden = hidden.masked_fill(~mask[..., None], 0.0)  # (B, T, d)
-    rewards, group_ids = check_labels(rewards, group_ids, B, hidden.device)
-    return hidden, mask, rewards, group_ids, notes
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #83a2e384
-def check_mask(mask: torch.Tensor, B: int, T: int) -> torch.Tensor:
-    """A (B, T) bool mask that is True on a prefix of every row, or a ValueError saying what is
-    wrong."""
-    if tuple(mask.shape) != (B, T):
-        raise ValueError(f"mask must have shape (B, T) = {(B, T)}, got {tuple(mask.shape)}")
-    mask = check_binary('mask', mask)  # (B, T)
-    L = mask.sum(-1, keepdim=True)  # (B, 1)
-    holes = (mask != (torch.arange(T, device=mask.device) < L)).any(-1)  # (B,)
-    if holes.any():
-        raise ValueError(
-            f"mask has holes or left padding in rows {holes.nonzero().flatten().tolist()[:8]}: "
-            "each row must be True on a prefix (right padding)"
-        )
-    return mask
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #80de1a86
-def check_labels(rewards, group_ids, B: int, device) -> tuple:
-    """Rewards (B,) finite, in their own dtype, and prompt ids (B,) long, or an error naming the
-    problem; ids that are not numbers (str, uuid) are numbered by first appearance, as
-    `group_advantages` numbers them."""
-    rewards = torch.as_tensor(rewards, device=device)
-    try:
-        group_ids = torch.as_tensor(group_ids, device=device)
-    except (TypeError, ValueError, RuntimeError):  # not numbers: str, uuid, a numpy object array
-        group_ids = group_index(group_ids, B, device)[0]  # (B,) 0, 1, ... in order of appearance
-    if tuple(rewards.shape) != (B,):
-        raise ValueError(f"rewards must have shape (B,) = ({B},), got {tuple(rewards.shape)}")
-    if tuple(group_ids.shape) != (B,):
-        raise ValueError(f"group_ids must have shape (B,) = ({B},), got {tuple(group_ids.shape)}")
-    if group_ids.is_floating_point() or group_ids.is_complex() or group_ids.dtype == torch.bool:
-        raise TypeError(f"group_ids must be integer prompt ids, got {group_ids.dtype}")
-    # (B,) a value: no graph goes into the advantages; never cast, so that outcome groups compare
-    # the rewards as given
-    rewards = rewards.detach()
-    if not torch.isfinite(rewards).all():
-        raise ValueError("rewards contain NaN/Inf")
-    return rewards, group_ids.long()
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #7937ea7e
-def check_scalar(
-    name: str,  # the parameter's name, as the error reports it
-    v,  # a Python, numpy or one-element torch number
-    lo: float = -math.inf,  # smallest value allowed
-    hi: float = math.inf,  # largest value allowed
-    open_low: bool = False,  # `lo` itself is not allowed: the range is (lo, hi]
-    integer: bool = False,  # `v` must have an integer type (then an int comes back)
-    open_high: bool = False,  # `hi` itself is not allowed: the range is [lo, hi)
-) -> float | int:
-    "`v` as a Python float (int with `integer`), or an error naming `name`, the value, the range."
-    rng = (
-        f"in {'(' if open_low else '['}{lo:g}, {hi:g}{')' if open_high else ']'}"
-        if hi < math.inf
-        else f"{'>' if open_low else '>='} {lo:g}"
-        if lo > -math.inf
-        else ""
-    )
-    kind = f"{'an integer' if integer else 'a finite real number'} {rng}".strip()
-    if hasattr(v, 'shape') and hasattr(v, 'item'):  # numpy or torch
-        if math.prod(v.shape) != 1:
-            raise ValueError(f"{name} must be {kind}, got an array of shape {tuple(v.shape)}")
-        v = v.item()
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral if integer else numbers.Real):
-        raise TypeError(f"{name} must be {kind}, got {v!r} of type {type(v).__name__}")
-    out = not integer and not math.isfinite(v) or v < lo or v > hi
-    if out or (open_low and v == lo) or (open_high and v == hi):
-        raise ValueError(f"{name} must be {kind}, got {v!r}")
-    return int(v) if integer else float(v)
-
-
-def field_errors(
-    obj,  # a configuration: any object with the attributes named in `ranges`
-    ranges: dict,  # {attribute: `check_scalar`'s keywords (lo, hi, open_low, open_high, integer)}
-) -> list:
-    """`check_scalar`'s message for each attribute of `obj` outside its range, the attribute in
-    backticks; None passes (it stands for a default chosen later)."""
-    bad = []
-    for name, kw in ranges.items():
-        if (v := getattr(obj, name)) is not None:
-            try:
-                check_scalar(f"`{name}`", v, **kw)
-            except (TypeError, ValueError) as e:
-                bad.append(str(e))
-    return bad
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #73a3faad
-def check_binary(
-    name: str,  # the input's name, as the error reports it
-    x,  # a bool tensor, or a numeric one that holds only 0 and 1 (numpy arrays too)
-) -> torch.Tensor:
-    "`x` as a bool tensor, or a ValueError naming `name` and its first value not 0 or 1 (0.5, NaN)."
-    x = torch.as_tensor(x)
-    if x.dtype == torch.bool:
-        return x
-    bad = ~((x == 0) | (x == 1))  # NaN compares unequal to both
-    if bad.any():
-        at = tuple(bad.nonzero()[0].tolist())
-        got = x[at].item()
-        raise ValueError(f"{name} must be boolean or hold only 0 and 1, got {got!r} at {at}")
-    return x == 1
+__all__ = ['outcome_groups', 'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median', 'geometric_median',
+           'group_geometric_median', 'Reweighting', 'apply_weights']
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #b0bbeb82
 def outcome_groups(
@@ -173,22 +23,6 @@ def outcome_groups(
     # (B,)
     _, og = torch.unique(torch.stack([group_ids.long(), rank], -1), dim=0, return_inverse=True)
     return og, torch.bincount(og)  # (B,), (Y,)
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #chkout01
-def check_outcomes(
-    outcomes,  # (B,) outcome labels, any numeric or bool dtype (numpy arrays too)
-    B: int,  # rollouts in the batch
-    device,  # where the batch lives
-) -> torch.Tensor:
-    "Outcome labels (B,) on `device`, detached, or an error naming the problem (shape, NaN, dtype)."
-    o = torch.as_tensor(outcomes, device=device).detach()
-    if tuple(o.shape) != (B,):
-        raise ValueError(f"outcomes must have shape (B,) = ({B},), got {tuple(o.shape)}")
-    if o.is_complex():
-        raise TypeError(f"outcomes must be real or bool labels, got {o.dtype}")
-    if o.is_floating_point() and not torch.isfinite(o).all():
-        raise ValueError("outcomes contain NaN/Inf")
-    return o
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #8140d8df
 def pack_slots(
@@ -230,19 +64,10 @@ def span_ids(
 ) -> torch.Tensor:
     "Span index of every token (0, 1, ... along each row; 0 on padding), shape (B, T) long."
     B, T = mask.shape
-    if span_len is not None:
-        span_len = check_scalar('span_len', span_len, 1, integer=True)
     if boundaries is not None:
-        bnd = check_binary('boundaries', torch.as_tensor(boundaries, device=mask.device))  # (B, T)
-        if tuple(bnd.shape) != (B, T):
-            raise ValueError(
-                f"boundaries must have shape (B, T) = {(B, T)}, got {tuple(bnd.shape)}"
-            )
-        s = torch.cumsum(bnd.long(), -1)  # (B, T)
+        s = torch.cumsum(torch.as_tensor(boundaries, device=mask.device).long(), -1)  # (B, T)
         s = s - s[:, :1]  # the first token always opens span 0
     else:
-        if span_len is None:
-            raise ValueError("span_len (an integer >= 1) or boundaries is needed")
         s = (torch.arange(T, device=mask.device) // span_len).expand(B, T)  # (B, T)
     return s.masked_fill(~mask, 0)  # (B, T)
 
@@ -465,33 +290,6 @@ class Reweighting:
     # (B, T) baselines: the raw per-token signal (span distance, entropy, ...)
     signal: torch.Tensor | None = None
     notes: list = field(default_factory=list)
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #203c246b
-def base_or_given(
-    rewards: torch.Tensor,  # (B,) rewards (checked)
-    group_ids: torch.Tensor,  # (B,) long prompt ids (checked)
-    base: str = 'grpo',  # 'grpo' | 'drgrpo' | 'dapo' (hara_ref.rlvr.grpo.base_advantages)
-    # (B,) precomputed base advantages from the user's trainer
-    advantages: torch.Tensor | None = None,
-    # of the advantages returned (the hidden states'); None: the rewards' if floating point
-    dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """The base advantages A_i (B,) in `dtype`: given ones (checked), or
-    `hara_ref.rlvr.grpo.base_advantages` unchanged, from the rewards in their own dtype."""
-    if dtype is None:
-        dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
-    if advantages is None:  # widened to `dtype` if that is wider, never narrowed before
-        wide = torch.promote_types(rewards.dtype, dtype) if rewards.is_floating_point() else dtype
-        return base_advantages(rewards.to(wide), group_ids, method=base).to(dtype)
-    A = torch.as_tensor(advantages, device=rewards.device)
-    if tuple(A.shape) != tuple(rewards.shape):
-        raise ValueError(
-            f"advantages must have shape (B,) = {tuple(rewards.shape)}, got {tuple(A.shape)}"
-        )
-    A = A.detach().to(dtype)  # (B,)
-    if not torch.isfinite(A).all():
-        raise ValueError("advantages contain NaN/Inf")
-    return A
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #0dedb646
 def apply_weights(

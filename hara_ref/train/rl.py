@@ -16,7 +16,7 @@ from hara_ref.rlvr.grpo import (
     overlong_penalty,
 )
 from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
-from ..hara.rollouts import field_errors
+from ..appendix.checks import field_errors
 from hara_ref.train.policy import (
     encode_prompts,
     pad_id,
