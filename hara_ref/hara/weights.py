@@ -28,7 +28,7 @@ from ..rlvr.grpo import group_advantages
 from ..ot.fgw import normalize_features, chain_positions
 from ..ot.lfgw import chain_tau_bar, lift, linearized_barycenter_reference
 from ..ot.entropic import semidual_reference
-from .rollouts import group_geometric_median
+from ..appendix.checks import group_geometric_median
 from hara_ref.hara.baselines import (
     shear_advantages,
     entropy_advantages,
