@@ -17,7 +17,8 @@ from hara_ref.hara.novelty import (
     PLAN_DEFAULTS,
 )
 from hara_ref.ot.lfgw import lifted_cost
-from hara_ref.hara.rollouts import group_median, group_geometric_median, group_mean, outcome_groups
+from hara_ref.hara.rollouts import group_median, group_mean, outcome_groups
+from hara_ref.appendix.checks import group_geometric_median
 from hara_ref.ot.fgw import chain_positions, normalize_features
 from hara_ref.ot.lfgw import lift
 from hara_ref.rlvr.data import planted_stage_rollouts

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from hara_ref.hara.rollouts import check_scalar, span_ids
+from hara_ref.appendix.checks import check_scalar, span_ids
 from hara_ref.ot.fgw import normalize_features
 from hara_ref.appendix.barycenters import feature_scales
 from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, REWEIGHTS

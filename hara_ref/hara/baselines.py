@@ -10,14 +10,13 @@ import torch
 from ..appendix.sinkhorn import sinkhorn_log
 from ..ot.entropic import ConvergenceWarning
 from ..appendix.newton import semidual_newton
-from hara_ref.hara.rollouts import (
+from .rollouts import Reweighting, apply_weights
+from hara_ref.appendix.checks import (
     check_rollouts,
     check_scalar,
     check_mask,
     check_labels,
-    Reweighting,
     base_or_given,
-    apply_weights,
 )
 
 # %% auto #0

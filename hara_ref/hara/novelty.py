@@ -12,16 +12,18 @@ from ..ot.fgw import chain_positions
 from ..appendix.barycenters import group_barycenters, feature_scales, rollout_costs
 from ..ot.lfgw import linear_cost, chain_tau_bar
 from ..appendix.exact import EXACT_DEFAULTS, exact_group_barycenters
-from hara_ref.hara.rollouts import (
+from hara_ref.appendix.checks import (
     check_rollouts,
     check_scalar,
     check_binary,
     check_outcomes,
+    group_geometric_median,
+)
+from hara_ref.hara.rollouts import (
     outcome_groups,
     pack_slots,
     group_mean,
     group_median,
-    group_geometric_median,
 )
 
 # %% auto #0

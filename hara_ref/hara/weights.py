@@ -5,13 +5,11 @@
 # %% ../../nbs/3_hara/13_hara.ipynb #86c410a8
 from __future__ import annotations
 import torch
-from hara_ref.hara.rollouts import (
+from .rollouts import group_median, Reweighting, apply_weights
+from hara_ref.appendix.checks import (
     check_rollouts,
     span_ids,
-    group_median,
-    Reweighting,
     base_or_given,
-    apply_weights,
     check_scalar,
     check_binary,
 )
@@ -30,7 +28,7 @@ from ..rlvr.grpo import group_advantages
 from ..ot.fgw import normalize_features, chain_positions
 from ..ot.lfgw import chain_tau_bar, lift, linearized_barycenter_reference
 from ..ot.entropic import semidual_reference
-from .rollouts import group_geometric_median
+from ..appendix.checks import group_geometric_median
 from hara_ref.hara.baselines import (
     shear_advantages,
     entropy_advantages,

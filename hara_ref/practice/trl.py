@@ -18,7 +18,8 @@ from trl import GRPOTrainer  # absolute import: the installed TRL package, not t
 from trl.models.utils import disable_gradient_checkpointing
 from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
 from ..hara.novelty import hara_novelty
-from ..hara.rollouts import step_boundaries, check_scalar, outcome_groups
+from ..hara.rollouts import step_boundaries, outcome_groups
+from ..appendix.checks import check_scalar
 from ..hara.baselines import shear_weights, entropy_advantages, position_advantages
 
 # %% auto #0

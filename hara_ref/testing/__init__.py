@@ -26,7 +26,7 @@ from ..ot.fgw import chain_positions, normalize_features
 from ..ot.lfgw import lifted_cost, chain_tau_bar, barycenter_update
 from ..appendix.newton import semidual_newton
 from ..appendix.barycenters import group_barycenters
-from ..hara.rollouts import check_scalar
+from ..appendix.checks import check_scalar
 from ..hara.novelty import hara_novelty
 from ..hara.weights import hara_weights, hara_advantages
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from ..hara.rollouts import check_scalar
+from ..appendix.checks import check_scalar
 from .strategies import LAYOUTS, SPECS, build_case, case_flags, case_specs
 from ..appendix.conventions import AGG_MODES
 from hara_ref.testing import (

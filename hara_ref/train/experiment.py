@@ -23,7 +23,7 @@ from hara_ref.train.policy import (
     read_json,
     checkpoint_problem,
 )
-from ..hara.rollouts import field_errors
+from ..appendix.checks import field_errors
 from .rl import need_hook, needed_hooks, TrainConfig, REWEIGHTS
 from .sft import builtin_items, load_jsonl, sft, evaluate
 from .loop import train_run, resume_point, config_changes, progress_bar
