@@ -15,8 +15,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
-# the numerical notebooks: OT, HARA and float32 comparisons (tolerances from `rounding_tol`, 02_rlvr)
-NUM_NBS := 02_rlvr|05_sinkhorn|06_fgw|08_linearization|12_novelty|13_hara|15_policy|24_trl|29_sinkhorn_batched|30_newton|31_barycenters|34_hp_rlvr|hara_math
+# the numerical notebooks: OT, HARA and float32 comparisons (tolerances from `rounding_tol`, 43_verifier_engine)
+NUM_NBS := 02_rlvr|05_sinkhorn|06_fgw|08_linearization|12_novelty|13_hara|15_policy|24_trl|29_sinkhorn_batched|30_newton|31_barycenters|34_hp_rlvr|43_verifier_engine|hara_math
 
 .PHONY: install train test sync nbtest pytest pages docs docs-check
 install:

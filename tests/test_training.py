@@ -25,7 +25,8 @@ from hara_ref.train.loop import train_run
 from hara_ref.train.sft import builtin_items, evaluate, sft
 from hara_ref.train.policy import read_jsonl, load_trainer_state
 from hara_ref.practice.cli import train_cli
-from hara_ref.rlvr.basics import exact_match_reward, rounding_tol
+from hara_ref.appendix.verifier import rounding_tol
+from hara_ref.rlvr.basics import exact_match_reward
 
 torch.set_num_threads(1)
 

@@ -6,25 +6,28 @@
 from __future__ import annotations
 import math
 import operator
+import re
 import threading
 import torch
 import torch.nn.functional as F
 
 # %% auto #0
-__all__ = ['token_logprobs', 'causal_token_logprobs', 'response_mask', 'sequence_logprob', 'rounding_tol', 'extract_boxed',
-           'exact_match_reward', 'math_reward', 'pass_at_k', 'mean_accuracy', 'mean_pass_at_k']
+__all__ = ['token_logprobs', 'causal_token_logprobs', 'response_mask', 'sequence_logprob', 'extract_boxed', 'exact_match_reward',
+           'math_reward', 'pass_at_k', 'mean_accuracy', 'mean_pass_at_k']
 
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #84e1ed08
-def token_logprobs(
-    logits: torch.Tensor,  # (B, T, V) next-token logits, aligned with `targets`
-    targets: torch.Tensor,  # (B, T) long token ids, targets[b, t] is scored by logits[b, t]
-) -> torch.Tensor:  # (B, T) log pi(targets[b, t])
-    "Eq. (2): log-softmax of `logits` gathered at `targets`."
-    if logits.ndim != 3 or targets.shape != logits.shape[:2]:
+# %% ../../nbs/1_rlvr/02_rlvr.ipynb #chk02tok
+def _check_aligned(logits: torch.Tensor, ids: torch.Tensor, name: str) -> None:
+    "Raise unless `logits` is (B, T, V) and `ids` (called `name` in the message) is (B, T)."
+    if logits.ndim != 3 or ids.shape != logits.shape[:2]:
         raise ValueError(
-            f"logits must be (B, T, V) and targets (B, T); got {tuple(logits.shape)} and "
-            f"{tuple(targets.shape)}"
+            f"logits must be (B, T, V) and {name} (B, T); got {tuple(logits.shape)} and "
+            f"{tuple(ids.shape)}"
         )
+
+
+def _check_token_inputs(logits: torch.Tensor, targets: torch.Tensor) -> None:
+    "The input checks of `token_logprobs`: shapes, integer ids in [0, V), no NaN."
+    _check_aligned(logits, targets, 'targets')
     if targets.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"targets must be integer token ids, got {targets.dtype}")
     if targets.numel() and (targets.min() < 0 or targets.max() >= logits.shape[-1]):
@@ -34,6 +37,14 @@ def token_logprobs(
         )
     if torch.isnan(logits).any():
         raise ValueError("logits contain NaN")
+
+# %% ../../nbs/1_rlvr/02_rlvr.ipynb #84e1ed08
+def token_logprobs(
+    logits: torch.Tensor,  # (B, T, V) next-token logits, aligned with `targets`
+    targets: torch.Tensor,  # (B, T) long token ids, targets[b, t] is scored by logits[b, t]
+) -> torch.Tensor:  # (B, T) log pi(targets[b, t])
+    "Eq. (2): log-softmax of `logits` gathered at `targets`."
+    _check_token_inputs(logits, targets)  # shapes, integer ids in [0, V), no NaN
     z = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()  # (B, T, V)
     # log pi(x_{t+1} | x_{<=t}) = z_{t, x_{t+1}} - logsumexp(z_t)
     return F.log_softmax(z, dim=-1).gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # (B, T)
@@ -44,19 +55,12 @@ def causal_token_logprobs(
     input_ids: torch.Tensor,  # (B, T) the sequences the logits were computed from
 ) -> torch.Tensor:  # (B, T-1) entry j = log pi(input_ids[:, j+1] | input_ids[:, :j+1])
     "Token log-probabilities of a causal LM: logits at position t score the token at t+1."
-    if logits.ndim != 3 or input_ids.shape != logits.shape[:2]:
-        raise ValueError(
-            f"logits must be (B, T, V) and input_ids (B, T); got {tuple(logits.shape)} and "
-            f"{tuple(input_ids.shape)}"
-        )
+    _check_aligned(logits, input_ids, 'input_ids')
     return token_logprobs(logits[:, :-1], input_ids[:, 1:])  # (B, T-1)
 
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #9ec14bb0
-def response_mask(
-    attention_mask: torch.Tensor,  # (B, T) 1/True on real tokens, 0/False on padding
-    prompt_lens,  # (B,) ints, number of columns before the response in each row
-) -> torch.Tensor:  # (B, T) bool, True on response tokens
-    "True on response tokens: at or after the response start and not padding."
+# %% ../../nbs/1_rlvr/02_rlvr.ipynb #chk02msk
+def _checked_prompt_lens(attention_mask: torch.Tensor, prompt_lens) -> torch.Tensor:
+    "The input checks of `response_mask`; returns `prompt_lens` as a (B,) tensor."
     if attention_mask.ndim != 2:
         raise ValueError(f"attention_mask must be (B, T), got {tuple(attention_mask.shape)}")
     B, T = attention_mask.shape
@@ -65,15 +69,21 @@ def response_mask(
         raise ValueError(f"prompt_lens has {p.shape[0]} entries for {B} rows")
     if (p < 0).any() or (p > T).any():
         raise ValueError(f"prompt_lens must lie in [0, T={T}], got {p.tolist()}")
-    cols = torch.arange(T, device=attention_mask.device)  # (T,)
+    return p
+
+# %% ../../nbs/1_rlvr/02_rlvr.ipynb #9ec14bb0
+def response_mask(
+    attention_mask: torch.Tensor,  # (B, T) 1/True on real tokens, 0/False on padding
+    prompt_lens,  # (B,) ints, number of columns before the response in each row
+) -> torch.Tensor:  # (B, T) bool, True on response tokens
+    "True on response tokens: at or after the response start and not padding."
+    p = _checked_prompt_lens(attention_mask, prompt_lens)  # (B,), in [0, T]
+    cols = torch.arange(attention_mask.shape[1], device=attention_mask.device)  # (T,)
     return (cols[None, :] >= p[:, None]) & attention_mask.bool()  # (B, T)
 
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #ffb44a83
-def sequence_logprob(
-    token_logp: torch.Tensor,  # (B, T) token log-probabilities
-    mask: torch.Tensor,  # (B, T) bool (or 0/1), True on the tokens of the response
-) -> torch.Tensor:  # (B,) log pi(o | q), 0 for a row whose mask is empty
-    "Eq. (3): sum of the token log-probabilities under the mask."
+# %% ../../nbs/1_rlvr/02_rlvr.ipynb #chk02seq
+def _checked_mask(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    "The input checks of `sequence_logprob`; returns the mask as bool."
     if mask.shape != token_logp.shape:
         raise ValueError(
             f"mask {tuple(mask.shape)} and token_logp {tuple(token_logp.shape)} differ in shape"
@@ -81,44 +91,30 @@ def sequence_logprob(
     m = mask.bool()  # (B, T)
     if torch.isnan(token_logp[m]).any():
         raise ValueError("token_logp is NaN at a masked-in position")
+    return m
+
+# %% ../../nbs/1_rlvr/02_rlvr.ipynb #ffb44a83
+def sequence_logprob(
+    token_logp: torch.Tensor,  # (B, T) token log-probabilities
+    mask: torch.Tensor,  # (B, T) bool (or 0/1), True on the tokens of the response
+) -> torch.Tensor:  # (B,) log pi(o | q), 0 for a row whose mask is empty
+    "Eq. (3): sum of the token log-probabilities under the mask."
+    m = _checked_mask(token_logp, mask)  # (B, T) bool, same shape, no NaN under it
     # sum_t m_t log pi(x_{t+1} | x_{<=t})
     return torch.where(m, token_logp, torch.zeros_like(token_logp)).sum(-1)  # (B,)
 
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #3d4519f0
-def rounding_tol(
-    scale: float,  # magnitude of the terms behind the values compared (e.g. their largest |value|)
-    n: int = 1,  # length of the longest reduction (sum, dot product, softmax) behind one value
-    dtype=torch.float32,  # dtype the values were computed in
-) -> float:  # absolute tolerance
-    """Tolerance for two computations that round differently: λ_HM sqrt(n) u scale, λ_HM = 8,
-    u = finfo(dtype).eps."""
-    return 8 * math.sqrt(max(int(n), 1)) * torch.finfo(dtype).eps * float(scale)
-
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #6d1dd8d3
-_BOX_CMDS = ('\\boxed', '\\fbox')
-
-
-def _box_start(text: str, i: int) -> int | None:
-    "If a box command starts at `i`, the index of its opening brace, else None."
-    for cmd in _BOX_CMDS:
-        if text.startswith(cmd, i):
-            j = i + len(cmd)
-            while j < len(text) and text[j] == ' ':
-                j += 1
-            return j if j < len(text) and text[j] == '{' else None
-    return None
+# %% ../../nbs/1_rlvr/02_rlvr.ipynb #box02cd0
+_BOX = re.compile(r'\\(?:boxed|fbox) *\{')  # a box command, spaces, its opening brace
 
 
 def _matching_brace(text: str, j: int) -> int | None:
-    """Index of the brace closing the one at `j` (escaped braces do not count), or None if
-    unbalanced."""
+    "Index of the brace closing the one at `j` (escaped braces do not count), or None."
     depth, k = 0, j
     while k < len(text):
-        c = text[k]
-        if c == '\\':
-            k += 2
-            continue  # skip the escaped character: \{ \} \\
-        depth += (c == '{') - (c == '}')
+        if text[k] == '\\':
+            k += 2  # skip the escaped character: \{ \} \\
+            continue
+        depth += (text[k] == '{') - (text[k] == '}')
         if depth == 0:
             return k
         k += 1
@@ -132,15 +128,11 @@ def extract_boxed(
     if not isinstance(text, str):
         return None
     found, i = None, 0
-    while (i := text.find('\\', i)) != -1:
-        j = _box_start(text, i)
-        if j is None:
-            i += 1
-            continue
-        k = _matching_brace(text, j)
+    while (m := _BOX.search(text, i)) is not None:
+        k = _matching_brace(text, m.end() - 1)
         if k is None:
             return None  # the last box opened never closes: malformed
-        found, i = text[j + 1 : k], k + 1
+        found, i = text[m.end() : k], k + 1
     return found
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #245a5a6a
@@ -148,8 +140,7 @@ def exact_match_reward(
     completion: str,  # model output; anything that is not a string scores 0
     answer,  # ground truth (str or int), e.g. '14'
 ) -> float:  # 1.0 or 0.0
-    """Eq. (4): 1.0 if the boxed answer equals `answer` as a string (surrounding whitespace
-    ignored), else 0.0."""
+    "Eq. (4): 1.0 if the boxed answer equals `answer` as a string (whitespace stripped), else 0.0."
     got = extract_boxed(completion)
     return float(got is not None and got.strip() == str(answer).strip())
 
@@ -159,8 +150,7 @@ def math_reward(
     answer: str,  # ground truth LaTeX, with or without `\boxed{}`
     timeout_s: int | None = 5,  # per parse/verify call; ignored (no timeout) off the main thread
 ) -> float:  # 1.0 or 0.0
-    """1.0 if the boxed answer is mathematically equivalent to `answer` (via math-verify), else 0.0;
-    never raises."""
+    "1.0 if the boxed answer is mathematically equivalent to `answer` (math-verify); never raises."
     from math_verify import parse, verify
     from math_verify.errors import TimeoutException
 
@@ -173,21 +163,15 @@ def math_reward(
         return 0.0
     t = timeout_s if threading.current_thread() is threading.main_thread() else None
     try:
-        g, p = (
-            parse('\\boxed{' + gold + '}', parsing_timeout=t),
-            parse('\\boxed{' + pred + '}', parsing_timeout=t),
-        )
+        g = parse('\\boxed{' + gold + '}', parsing_timeout=t)
+        p = parse('\\boxed{' + pred + '}', parsing_timeout=t)
         return float(bool(g) and bool(p) and verify(g, p, timeout_seconds=t))
-    except (Exception, TimeoutException):
+    except (Exception, TimeoutException):  # TimeoutException is a BaseException
         return 0.0
 
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #6dca8a1a
-def pass_at_k(
-    n: int,  # samples drawn for the problem
-    c: int,  # how many of them are correct, 0 <= c <= n
-    k: int,  # budget, 1 <= k <= n
-) -> float:  # unbiased estimate of P(at least one of k samples is correct)
-    "Eq. (5): the unbiased pass@k estimator, 1 - C(n-c, k) / C(n, k), in its stable product form."
+# %% ../../nbs/1_rlvr/02_rlvr.ipynb #chk02pak
+def _pass_at_k_ints(n, c, k) -> tuple:
+    "The input checks of `pass_at_k`: ints with 0 <= c <= n and 1 <= k <= n."
     try:
         n, c, k = operator.index(n), operator.index(c), operator.index(k)
     except TypeError:
@@ -198,6 +182,16 @@ def pass_at_k(
         raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
     if not 1 <= k <= n:
         raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
+    return n, c, k
+
+# %% ../../nbs/1_rlvr/02_rlvr.ipynb #6dca8a1a
+def pass_at_k(
+    n: int,  # samples drawn for the problem
+    c: int,  # how many of them are correct, 0 <= c <= n
+    k: int,  # budget, 1 <= k <= n
+) -> float:  # unbiased estimate of P(at least one of k samples is correct)
+    "Eq. (5): the unbiased pass@k estimator, 1 - C(n-c, k) / C(n, k), in its stable product form."
+    n, c, k = _pass_at_k_ints(n, c, k)  # ints, 0 <= c <= n, 1 <= k <= n
     if n - c < k:
         return 1.0  # every k-subset contains a correct sample
     # 1 - prod_{i=n-c+1}^{n} (1 - k/i)
