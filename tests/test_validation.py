@@ -10,8 +10,13 @@ import torch
 from hara_ref.hara.rollouts import check_scalar, span_ids
 from hara_ref.ot.fgw import normalize_features
 from hara_ref.appendix.barycenters import feature_scales
-from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, REWEIGHTS
-from hara_ref.hara.novelty import hara_novelty
+from hara_ref.hara.weights import hara_weights
+from hara_ref.appendix.hara_engine import (
+    hara_advantages,
+    reweight_advantages,
+    REWEIGHTS,
+    hara_novelty,
+)
 from hara_ref.hara.baselines import shear_weights, entropy_weights, position_weights
 
 F32_EPS, F64_EPS = torch.finfo(torch.float32).eps, torch.finfo(torch.float64).eps

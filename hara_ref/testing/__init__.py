@@ -27,8 +27,8 @@ from ..ot.lfgw import lifted_cost, chain_tau_bar, barycenter_update
 from ..appendix.newton import semidual_newton
 from ..appendix.barycenters import group_barycenters
 from ..hara.rollouts import check_scalar
-from ..hara.novelty import hara_novelty
-from ..hara.weights import hara_weights, hara_advantages
+from ..hara.weights import hara_weights
+from ..appendix.hara_engine import hara_novelty, hara_advantages
 
 # %% auto #0
 __all__ = ['GRPO_CONVENTIONS', 'CONSTANT_NAMES', 'HARA_OPTIONS', 'QUANTITIES', 'Quantity', 'constants_text', 'barycenter_map',

@@ -15,7 +15,12 @@ from hara_ref.rlvr.grpo import (
     dynamic_sampling_mask,
     overlong_penalty,
 )
-from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
+from hara_ref.appendix.hara_engine import (
+    REWEIGHTS,
+    hara_advantages,
+    needs_hidden,
+    reweight_advantages,
+)
 from ..hara.rollouts import field_errors
 from hara_ref.train.policy import (
     encode_prompts,
