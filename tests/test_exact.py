@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from hara_ref.appendix.exact import exact_group_barycenters, barycenter_objective
-from hara_ref.hara.weights import hara_advantages
-from hara_ref.hara.novelty import hara_novelty, BARY_DEFAULTS
+from hara_ref.appendix.hara_engine import hara_advantages, hara_novelty, BARY_DEFAULTS
 from hara_ref.appendix.barycenters import group_barycenters
 from hara_ref.rlvr.data import planted_stage_rollouts
 

@@ -9,8 +9,13 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.hara.weights import hara_advantages, reweight_advantages, REWEIGHTS
-from hara_ref.hara.novelty import hara_novelty, relative_novelty
+from hara_ref.appendix.hara_engine import (
+    hara_advantages,
+    reweight_advantages,
+    REWEIGHTS,
+    hara_novelty,
+)
+from hara_ref.hara.novelty import relative_novelty
 from hara_ref.hara.rollouts import span_ids, outcome_groups, pack_slots
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.hara.baselines import (

@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 import torch
 
-from hara_ref.hara.weights import hara_advantages
 from hara_ref.hara.novelty import (
-    hara_novelty,
     local_assignment,
     stage_versions,
     version_excess,
     relative_to_group,
+)
+from hara_ref.appendix.hara_engine import (
+    hara_advantages,
+    hara_novelty,
     BARY_DEFAULTS,
     PLAN_DEFAULTS,
 )

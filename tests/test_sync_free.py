@@ -19,12 +19,12 @@ import pytest
 import torch
 import hara_ref.appendix.barycenters as bary
 import hara_ref.appendix.newton as newton
-import hara_ref.hara.novelty as novelty
+import hara_ref.appendix.hara_engine as novelty
 from hara_ref.appendix.barycenters import HostReads, group_barycenters
 from hara_ref.appendix.newton import semidual_newton, newton_start, newton_trial
 from hara_ref.appendix.sinkhorn import sinkhorn_log, _setup, _iterate
 from hara_ref.appendix.bench import bench_batch, small_batch
-from hara_ref.hara.weights import hara_advantages
+from hara_ref.appendix.hara_engine import hara_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
 from test_sinkhorn import problem, one_thread  # noqa: F401 (autouse fixture)
 

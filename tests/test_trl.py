@@ -21,7 +21,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
-from hara_ref.hara.weights import hara_advantages, reweight_advantages
+from hara_ref.appendix.hara_engine import hara_advantages, reweight_advantages
 from hara_ref.hara.baselines import token_entropy
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy
 from hara_ref.practice.cli import train_cli

@@ -10,8 +10,13 @@ import torch
 from hara_ref.appendix.checks import check_scalar, span_ids
 from hara_ref.ot.fgw import normalize_features
 from hara_ref.appendix.barycenters import feature_scales
-from hara_ref.hara.weights import hara_advantages, hara_weights, reweight_advantages, REWEIGHTS
-from hara_ref.hara.novelty import hara_novelty
+from hara_ref.appendix.hara_engine import checked_hara_weights
+from hara_ref.appendix.hara_engine import (
+    hara_advantages,
+    reweight_advantages,
+    REWEIGHTS,
+    hara_novelty,
+)
 from hara_ref.hara.baselines import shear_weights, entropy_weights, position_weights
 
 F32_EPS, F64_EPS = torch.finfo(torch.float32).eps, torch.finfo(torch.float64).eps
@@ -67,7 +72,7 @@ def test_bad_option_names_itself(name, bad, err):
 )
 def test_hara_weights_bad_option(name, bad, err):
     with pytest.raises(err, match=f"^{name} must be"):
-        hara_weights(torch.ones(2, 3), torch.ones(2), **{name: bad})
+        checked_hara_weights(torch.ones(2, 3), torch.ones(2), **{name: bad})
 
 
 def _entropy(rho):

@@ -10,7 +10,7 @@ the other on the same machine:
 import sys
 import time
 import torch
-from hara_ref.hara.weights import hara_advantages
+from hara_ref.appendix.hara_engine import hara_advantages
 
 
 def small_batch(seed=1, dtype=torch.float32):

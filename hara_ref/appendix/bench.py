@@ -14,8 +14,7 @@ import ot
 from .sinkhorn import sinkhorn_log
 from .barycenters import linearized_barycenter
 from ..ot.complexity import bench_rollouts, pot_fgw_barycenter, timed, loglog_slope
-from ..hara.weights import hara_advantages
-from ..hara.novelty import BARY_DEFAULTS
+from .hara_engine import hara_advantages, BARY_DEFAULTS
 from ..ot.fgw import chain_graph, chain_positions, chain_structure, fgw_objective
 from ..ot.fgw_barycenter import sq_dists
 from ..ot.lfgw import chain_tau_bar, lifted_cost

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, replace
 import torch
 from .bench import bench_hara, sync
 from ..train.experiment import torch_threads
-from ..hara.novelty import BARY_DEFAULTS
+from .hara_engine import BARY_DEFAULTS
 from ..ot.complexity import timed
 from ..train.policy import token_stats
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 import ot
 import torch
-from ..hara.novelty import BARY_DEFAULTS
+from ..appendix.hara_engine import BARY_DEFAULTS
 from hara_ref.practice.cli import (
     add_dataclass_flags,
     as_flags,

@@ -16,8 +16,13 @@ from typing import Any
 import torch
 from trl import GRPOTrainer  # absolute import: the installed TRL package, not this module
 from trl.models.utils import disable_gradient_checkpointing
-from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
-from ..hara.novelty import hara_novelty
+from hara_ref.appendix.hara_engine import (
+    REWEIGHTS,
+    hara_advantages,
+    hara_novelty,
+    needs_hidden,
+    reweight_advantages,
+)
 from ..hara.rollouts import step_boundaries, outcome_groups
 from ..appendix.checks import check_scalar
 from ..hara.baselines import shear_weights, entropy_advantages, position_advantages

@@ -27,8 +27,8 @@ from ..ot.lfgw import lifted_cost, chain_tau_bar, barycenter_update
 from ..appendix.newton import semidual_newton
 from ..appendix.barycenters import group_barycenters
 from ..appendix.checks import check_scalar
-from ..hara.novelty import hara_novelty
-from ..hara.weights import hara_weights, hara_advantages
+from ..hara.weights import hara_weights
+from ..appendix.hara_engine import hara_novelty, hara_advantages, checked_hara_weights
 
 # %% auto #0
 __all__ = ['GRPO_CONVENTIONS', 'CONSTANT_NAMES', 'HARA_OPTIONS', 'QUANTITIES', 'Quantity', 'constants_text', 'barycenter_map',
@@ -166,7 +166,7 @@ def _ot_scale(x: dict, expected, opts) -> float:
 # %% ../../nbs/5_practice/22_conformance.ipynb #60afe607
 def _weights_oracle(x: dict, kappa=1.0, w_min=0.5, w_max=2.0) -> torch.Tensor:
     "HARA weights (B, T)."
-    return hara_weights(x['x'], x['A'], kappa=kappa, w_min=w_min, w_max=w_max)  # (B, T)
+    return checked_hara_weights(x['x'], x['A'], kappa=kappa, w_min=w_min, w_max=w_max)  # (B, T)
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #749d40e2
 def barycenter_map(hidden, mask, Z, alpha=0.25, reg=0.05) -> tuple:

@@ -10,7 +10,12 @@ from dataclasses import dataclass
 import torch
 from ..rlvr.grpo import group_advantages, masked_mean
 from ..appendix.conventions import ppo_clip_loss, dynamic_sampling_mask, overlong_penalty
-from ..hara.weights import REWEIGHTS, hara_advantages, needs_hidden, reweight_advantages
+from hara_ref.appendix.hara_engine import (
+    REWEIGHTS,
+    hara_advantages,
+    needs_hidden,
+    reweight_advantages,
+)
 from ..appendix.checks import field_errors
 from hara_ref.train.policy import (
     encode_prompts,
