@@ -8,7 +8,6 @@ import math
 import warnings
 import torch
 import ot
-from ..appendix.sinkhorn import sinkhorn_log
 from .entropic import semidual_reference, ConvergenceWarning
 from .fgw import chain_positions, normalize_features
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
@@ -112,8 +111,8 @@ def lfgw(
     mask: torch.Tensor,  # (..., T) bool, True on real tokens
     z: torch.Tensor,  # (..., L_b, d) barycenter (or any chain's) features
     alpha: float = 0.25,  # FGW trade-off
-    reg: float = 0.0,  # 0: exact OT (`ot.emd`); > 0: entropic, log-domain Sinkhorn
-    **kwargs,  # passed to `sinkhorn_log` when reg > 0
+    reg: float = 0.0,  # 0: exact OT (`ot.emd`); > 0: entropic (Newton on the semi-dual)
+    **kwargs,  # passed to `semidual_reference` when reg > 0 (tol, max_iter, warn)
 ) -> tuple:  # value (...,) and plan (..., T, L_b)
     "Linearized FGW (Lemma 3.1): $W_2^2$ between the lifted rollout and the lifted chain $z$."
     # (..., T), (L_b,)
@@ -122,16 +121,14 @@ def lfgw(
     a = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1)  # (..., T)
     # (..., L_b)
     b = torch.full(M.shape[:-2] + (M.shape[-1],), 1 / M.shape[-1], dtype=h.dtype, device=h.device)
-    if reg > 0:
-        plan = sinkhorn_log(a, b, M, reg, **kwargs)  # (..., T, L_b)
-    else:
-        flat = [
-            ot.emd(ai, bi, Mi)
-            for ai, bi, Mi in zip(
-                a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), M.reshape(-1, *M.shape[-2:])
-            )
-        ]
-        plan = torch.stack(flat).reshape(M.shape)  # (..., T, L_b)
+    problems = zip(
+        a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), M.reshape(-1, *M.shape[-2:])
+    )
+    if reg > 0:  # entropic: Newton on the semi-dual, one problem at a time
+        flat = [semidual_reference(ai, bi, Mi, reg, **kwargs)[0] for ai, bi, Mi in problems]
+    else:  # exact: network simplex
+        flat = [ot.emd(ai, bi, Mi) for ai, bi, Mi in problems]
+    plan = torch.stack(flat).reshape(M.shape)  # (..., T, L_b)
     return (plan * M).sum((-2, -1)), plan
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #e5d5a786
