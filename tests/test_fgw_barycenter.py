@@ -16,6 +16,7 @@ from hara_ref.ot.fgw_barycenter import (
     rollout_barycenter,
 )
 from hara_ref.rlvr.data import planted_stage_rollouts
+from hara_ref.appendix.barycenter_checks import checked_fgw_barycenter
 
 
 @pytest.fixture(autouse=True)
@@ -204,7 +205,7 @@ def test_bad_barycenter_input(bad, msg):
     hs, Cs = small_group()
     kw = {'L_b': 4, **bad(hs, Cs)}
     with pytest.raises((ValueError, TypeError), match=msg.replace('[', r'\[').replace(']', r'\]')):
-        fgw_barycenter(**kw)
+        checked_fgw_barycenter(**kw)
 
 
 def test_lambdas_are_normalised():
@@ -223,7 +224,7 @@ def test_lambdas_are_normalised():
 
 def test_numpy_inputs():
     hs, Cs = small_group()
-    Z, C = fgw_barycenter(
+    Z, C = checked_fgw_barycenter(
         [h.numpy() for h in hs],
         [c.numpy() for c in Cs],
         L_b=4,

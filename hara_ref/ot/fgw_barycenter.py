@@ -4,16 +4,14 @@
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #a1716a50
 from __future__ import annotations
-import math
 import warnings
-import numpy as np
 import torch
-import ot
 from .fgw import fgw, fgw_objective, chain_graph, chain_structure
 from .entropic import ConvergenceWarning
 
 # %% auto #0
-__all__ = ['update_features', 'update_structure', 'sq_dists', 'check_barycenter_inputs', 'fgw_barycenter', 'monotone_coupling',
+__all__ = ['update_features', 'update_structure', 'sq_dists', 'barycenter_defaults', 'barycenter_start', 'barycenter_step',
+           'barycenter_objective', 'block_descent', 'warn_barycenter', 'fgw_barycenter', 'monotone_coupling',
            'rollout_barycenter']
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #ffa94658
@@ -53,62 +51,131 @@ def sq_dists(
     xx, yy = (x * x).sum(-1).unsqueeze(-1), (y * y).sum(-1).unsqueeze(-2)
     return (xx + yy - 2 * x @ y.transpose(-1, -2)).clamp_min_(0)  # (..., n, m)
 
-# %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #b8dee878
-# as `fgw_barycenter`; tensors or NumPy arrays
-def check_barycenter_inputs(hs, Cs, ps, lambdas, L_b, b, dt=None):
-    """Validate and convert the inputs of `fgw_barycenter`; returns (hs, Cs, ps, lambdas, b) with
-    lambdas normalised to sum 1."""
-    as_t = lambda x: torch.as_tensor(x) if isinstance(x, np.ndarray) else x
-    hs, Cs = [as_t(h) for h in hs], [as_t(C) for C in Cs]
+# %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #c07d0002
+def barycenter_defaults(
+    hs: list,  # K features (L_i, d)
+    Cs: list,  # K structures (L_i, L_i)
+    ps: list | None,  # K weights $a_i$ (L_i,), or None (uniform)
+    lambdas: list | None,  # K weights $\lambda_i$, or None (1/K)
+    L_b: int,  # barycenter size
+    b: torch.Tensor | None,  # (L_b,) barycenter weights, or None (uniform)
+) -> tuple:  # (hs, Cs, ps, lambdas, b), lambdas normalised to sum 1
+    "The group with its defaults filled in: uniform $a_i$ and $b$, $\\lambda$ divided by its sum."
+    if len(hs) == 0 or len(Cs) != len(hs):
+        raise ValueError(
+            f"need as many structures as feature sets (>= 1), got {len(hs)}, {len(Cs)}"
+        )
     K = len(hs)
-    if K == 0:
-        raise ValueError("no rollouts: hs is empty (a barycenter needs at least one feature set)")
-    if len(Cs) != K:
-        raise ValueError(f"need as many structures as feature sets (>= 1), got {K} and {len(Cs)}")
-    for name, xs in (('ps', ps), ('lambdas', lambdas)):
-        if xs is not None and len(xs) != K:
-            raise ValueError(f"{name} has {len(xs)} entries for {K} rollouts")
-    for i, (h, C) in enumerate(zip(hs, Cs)):
-        if not (isinstance(h, torch.Tensor) and h.ndim == 2 and h.is_floating_point()):
-            raise TypeError(f"hs[{i}] must be a floating (L_i, d) tensor or array")
-        if h.shape[0] == 0:
-            raise ValueError(f"hs[{i}] is empty (a rollout needs at least one token)")
-        if h.shape[1] != hs[0].shape[1]:
-            raise ValueError(
-                f"feature size mismatch: hs[{i}] has d = {h.shape[1]}, hs[0] has d = "
-                f"{hs[0].shape[1]}"
-            )
-        if h.dtype != hs[0].dtype:
-            raise TypeError(f"dtype mismatch: hs[{i}] is {h.dtype}, hs[0] is {hs[0].dtype}")
-        if tuple(C.shape) != (h.shape[0],) * 2:
-            raise ValueError(
-                f"Cs[{i}] has shape {tuple(C.shape)}, expected {(h.shape[0],) * 2} to match hs[{i}]"
-            )
-    if isinstance(L_b, bool) or not isinstance(L_b, (int, np.integer)) or L_b < 1:
-        raise ValueError(f"L_b must be an integer >= 1, got {L_b!r}")
-    # (K,)
-    lam = (
+    lam = (  # (K,)
         torch.full((K,), 1 / K, dtype=torch.float64)
         if lambdas is None
-        else torch.as_tensor(np.asarray([float(x) for x in lambdas]))
+        else torch.tensor([float(x) for x in lambdas], dtype=torch.float64)
     )
-    if not torch.isfinite(lam).all():
-        raise ValueError(f"lambdas must be finite, got {lam.tolist()}")
-    if (lam < 0).any():
-        raise ValueError(f"lambdas must be non-negative, got {lam.tolist()}")
-    if lam.sum() <= 0:
-        raise ValueError("lambdas sum to 0: at least one rollout needs a positive weight")
-    b = torch.full((L_b,), 1 / L_b, dtype=hs[0].dtype) if b is None else as_t(b)  # (L_b,)
-    if tuple(b.shape) != (L_b,) or not (b > 0).all():
-        raise ValueError(f"b must be positive of shape ({L_b},): the feature step divides by b")
-    ps = (
-        [torch.full((len(h),), 1 / len(h), dtype=h.dtype) for h in hs]
-        if ps is None
-        else [as_t(p) for p in ps]
-    )
+    b = torch.full((L_b,), 1 / L_b, dtype=hs[0].dtype) if b is None else b  # (L_b,)
+    ps = [torch.full((len(h),), 1 / len(h), dtype=h.dtype) for h in hs] if ps is None else ps
     return hs, Cs, ps, (lam / lam.sum()).tolist(), b
 
-# %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #853af890
+# %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #c07d0005
+def barycenter_start(
+    hs: list,  # K features (L_i, d)
+    L_b: int,  # barycenter size
+    init_Z: torch.Tensor | None,  # (L_b, d) starting features, or None (zeros, as POT)
+    init_C: torch.Tensor | None,  # (L_b, L_b) starting structure, or None (the chain)
+    fixed_features: bool,  # $Z$ is held fixed (then `init_Z` is needed)
+) -> tuple:  # Z (L_b, d), Cb (L_b, L_b), copies
+    "The starting barycenter: zero features and the chain on $\\bar\\tau$, unless given."
+    if fixed_features and init_Z is None:
+        raise ValueError("fixed_features=True needs init_Z")
+    dt = hs[0].dtype
+    Z = torch.zeros(L_b, hs[0].shape[1], dtype=dt) if init_Z is None else init_Z  # (L_b, d)
+    # (L_b, L_b) $\bar C_{jk} = |\bar\tau_j - \bar\tau_k|$
+    Cb = chain_structure(torch.linspace(0, 1, L_b, dtype=dt)) if init_C is None else init_C
+    return torch.as_tensor(Z).clone(), torch.as_tensor(Cb).clone()
+
+# %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #c07d0008
+def barycenter_step(
+    group: tuple,  # (hs, Cs, ps, lambdas, b) from `barycenter_defaults`
+    Z: torch.Tensor,  # (L_b, d) features
+    Cb: torch.Tensor,  # (L_b, L_b) structure
+    starts: list,  # K plans (L_i, L_b) the FGW solves start from (None: $a_i b^\top$)
+    alpha: float,  # structure weight
+    free: tuple,  # (do the features move, does the structure move)
+    kw: dict,  # passed to `fgw` (with log=True)
+) -> tuple:  # plans K x (L_i, L_b), how many stopped at fgw's cap, new Z, new Cb
+    "One block-coordinate iteration: the FGW plans, then the feature step, then the structure step."
+    hs, Cs, ps, lambdas, b = group
+    # T_i = argmin_T FGW_alpha(T; (h_i, C_i, a_i), (Z, C_bar, b)), by conditional gradient
+    sols = [
+        fgw(sq_dists(h, Z), C, Cb, p, b, alpha, G0=G, **kw)
+        for h, C, p, G in zip(hs, Cs, ps, starts)
+    ]
+    plans = [P for P, _ in sols]  # K x (L_i, L_b)
+    capped = sum(not lg['converged'] for _, lg in sols)  # plans that stopped at fgw's cap
+    if free[0]:
+        Z = update_features(plans, hs, lambdas, b)  # (L_b, d)
+    if free[1]:
+        Cb = update_structure(plans, Cs, lambdas, b)  # (L_b, L_b)
+    return plans, capped, Z, Cb
+
+# %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #c07d0010
+def barycenter_objective(
+    group: tuple,  # (hs, Cs, ps, lambdas, b)
+    plans: list,  # K plans (L_i, L_b)
+    Z: torch.Tensor,  # (L_b, d) features
+    Cb: torch.Tensor,  # (L_b, L_b) structure
+    alpha: float,  # structure weight
+) -> float:  # $\sum_i \lambda_i F_\alpha(T_i)$
+    "The barycenter objective at fixed plans: the $\\lambda$-weighted FGW objectives."
+    hs, Cs, _, lambdas, _ = group
+    terms = [fgw_objective(P, sq_dists(h, Z), C, Cb, alpha) for P, h, C in zip(plans, hs, Cs)]
+    return float(sum(lam * F for lam, F in zip(lambdas, terms)))
+
+# %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #c07d0012
+def block_descent(
+    group: tuple,  # (hs, Cs, ps, lambdas, b) from `barycenter_defaults`
+    Z: torch.Tensor,  # (L_b, d) starting features
+    Cb: torch.Tensor,  # (L_b, L_b) starting structure
+    alpha: float,  # structure weight
+    free: tuple,  # (do the features move, does the structure move)
+    plans: list,  # K plans (L_i, L_b) for the first FGW solves (None: $a_i b^\top$)
+    warmstart: bool,  # start each later FGW solve from the previous plan
+    max_iter: int,  # most outer iterations
+    tol: float,  # stop when the free blocks move by at most this (Frobenius)
+    kw: dict,  # passed to `fgw`
+) -> tuple:  # Z (L_b, d), Cb (L_b, L_b), log dict
+    "The barycenter loop: `barycenter_step` until the free blocks stop moving."
+    losses, errs = [], []
+    for it in range(1, max_iter + 1):
+        starts = plans if (warmstart or it == 1) else [None] * len(plans)
+        plans, capped, Z_new, C_new = barycenter_step(group, Z, Cb, starts, alpha, free, kw)
+        losses.append(barycenter_objective(group, plans, Z_new, C_new, alpha))
+        # Frobenius change of the free blocks (a fixed block does not move: 0)
+        errs.append(max(float((Z_new - Z).norm()), float((C_new - Cb).norm())))
+        Z, Cb = Z_new, C_new
+        if errs[-1] <= tol:
+            break
+    done = errs[-1] <= tol
+    lg = dict(plans=plans, loss=losses, err=errs, n_iter=it, converged=done, fgw_unconverged=capped)
+    return Z, Cb, lg
+
+# %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #c07d0014
+def warn_barycenter(
+    lg: dict,  # `block_descent`'s log
+    max_iter: int,  # its cap
+    tol: float,  # its tolerance
+    fgw_cap: int,  # `fgw`'s cap
+) -> None:
+    "A `ConvergenceWarning` when the loop stopped at `max_iter`, or a last plan at `fgw`'s cap."
+    if lg['err'][-1] > tol:
+        msg = f"stopped after {lg['n_iter']} outer iterations (max_iter={max_iter}) with change "
+        msg += f"{lg['err'][-1]:.2e} > tol {tol:.1e}; increase max_iter"
+        warnings.warn(f"fgw_barycenter: {msg}", ConvergenceWarning, stacklevel=3)
+    if lg['fgw_unconverged']:
+        msg = f"{lg['fgw_unconverged']} of {len(lg['plans'])} FGW plans of the last iteration "
+        msg += f"stopped at fgw's max_iter={fgw_cap}"
+        warnings.warn(f"fgw_barycenter: {msg}", ConvergenceWarning, stacklevel=3)
+
+# %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #c07d0016
 def fgw_barycenter(
     hs: list,  # K features (L_i, d)
     Cs: list,  # K symmetric structures (L_i, L_i)
@@ -116,98 +183,28 @@ def fgw_barycenter(
     lambdas: list | None = None,  # K weights $\lambda_i$ (default 1/K)
     L_b: int = 32,  # barycenter size
     alpha: float = 0.25,  # structure weight (POT convention)
-    # (L_b, d) initial features (default zeros, as POT)
-    init_Z: torch.Tensor | None = None,
-    # (L_b, L_b) initial structure (default the chain on $\bar\tau$)
-    init_C: torch.Tensor | None = None,
+    init_Z: torch.Tensor | None = None,  # (L_b, d) initial features (default zeros, as POT)
+    init_C: torch.Tensor | None = None,  # (L_b, L_b) initial structure (default the chain)
     fixed_structure: bool = False,  # hold $\bar C$ fixed
     fixed_features: bool = False,  # hold $Z$ fixed
     b: torch.Tensor | None = None,  # (L_b,) barycenter weights (default uniform)
     max_iter: int = 100,  # most outer (block-coordinate) iterations
     tol: float = 1e-9,  # stop when the free blocks move less than this (Frobenius)
-    # start each FGW solve from the previous plan (monotone objective)
-    warmstart: bool = True,
+    warmstart: bool = True,  # start each FGW solve from the previous plan (monotone objective)
     init_plans: list | None = None,  # K initial plans (L_i, L_b) for the first FGW solves
-    # passed to `fgw` (default POT's inner tolerances tol_rel=1e-5, tol_abs=0)
-    fgw_kwargs: dict | None = None,
-    # also return dict(plans, loss, err, n_iter, converged, fgw_unconverged)
-    log: bool = False,
-    # `ConvergenceWarning`: `max_iter` before `tol`, or a last plan at its cap
-    warn: bool = True,
+    fgw_kwargs: dict | None = None,  # passed to `fgw` (default tol_rel=1e-5, tol_abs=0)
+    log: bool = False,  # also return dict(plans, loss, err, n_iter, converged, fgw_unconverged)
+    warn: bool = True,  # `ConvergenceWarning`: `max_iter` before `tol`, or a plan at its cap
 ):
-    """Exact FGW barycenter $(Z, \\bar C)$ by block-coordinate descent: plans, features, structure;
-    `fgw`'s caps reported here."""
-    hs, Cs, ps, lambdas, b = check_barycenter_inputs(hs, Cs, ps, lambdas, L_b, b)
-    K, dt = len(hs), hs[0].dtype
-    if fixed_features and init_Z is None:
-        raise ValueError("fixed_features=True needs init_Z")
-    # (L_b, d)
-    Z = (
-        torch.zeros(L_b, hs[0].shape[1], dtype=dt)
-        if init_Z is None
-        else torch.as_tensor(init_Z).clone()
-    )
-    # (L_b, L_b)
-    Cb = (
-        chain_structure(torch.linspace(0, 1, L_b, dtype=dt))
-        if init_C is None
-        else torch.as_tensor(init_C).clone()
-    )
-    # inner caps: counted
+    "Exact FGW barycenter $(Z, \\bar C)$ by block-coordinate descent: plans, features, structure."
+    group = barycenter_defaults(hs, Cs, ps, lambdas, L_b, b)  # (hs, Cs, ps, lambdas, b)
+    Z, Cb = barycenter_start(hs, L_b, init_Z, init_C, fixed_features)  # (L_b, d), (L_b, L_b)
     kw = dict(tol_rel=1e-5, tol_abs=0.0) | (fgw_kwargs or {}) | dict(log=True, warn=False)
-    plans, losses, errs = list(init_plans) if init_plans is not None else [None] * K, [], []
-    for it in range(1, max_iter + 1):
-        starts = plans if (warmstart or it == 1) else [None] * K
-        sols = [
-            fgw(sq_dists(h, Z), C, Cb, p, b, alpha, G0=G, **kw)
-            for h, C, p, G in zip(hs, Cs, ps, starts)
-        ]
-        plans = [P for P, _ in sols]  # K x (L_i, L_b)
-        capped = sum(not lg['converged'] for _, lg in sols)  # plans that stopped at fgw's cap
-        Z_old, C_old = Z, Cb
-        if not fixed_features:
-            Z = update_features(plans, hs, lambdas, b)  # (L_b, d)
-        if not fixed_structure:
-            Cb = update_structure(plans, Cs, lambdas, b)  # (L_b, L_b)
-        losses.append(
-            float(
-                sum(
-                    lam * fgw_objective(P, sq_dists(h, Z), C, Cb, alpha)
-                    for lam, P, h, C in zip(lambdas, plans, hs, Cs)
-                )
-            )
-        )
-        errs.append(
-            max(
-                0.0 if fixed_features else float((Z - Z_old).norm()),
-                0.0 if fixed_structure else float((Cb - C_old).norm()),
-            )
-        )
-        if errs[-1] <= tol:
-            break
-    if warn and errs[-1] > tol:
-        warnings.warn(
-            f"fgw_barycenter: stopped after {it} outer iterations (max_iter={max_iter}) with "
-            "change "
-            f"{errs[-1]:.2e} > tol {tol:.1e}; increase max_iter",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    if warn and capped:
-        warnings.warn(
-            f"fgw_barycenter: {capped} of {K} FGW plans of the last iteration stopped at fgw's "
-            f"max_iter={kw.get('max_iter', 10000)}",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    lg = dict(
-        plans=plans,
-        loss=losses,
-        err=errs,
-        n_iter=it,
-        converged=errs[-1] <= tol,
-        fgw_unconverged=capped,
-    )
+    plans = list(init_plans) if init_plans is not None else [None] * len(hs)
+    free = (not fixed_features, not fixed_structure)  # which blocks move
+    Z, Cb, lg = block_descent(group, Z, Cb, alpha, free, plans, warmstart, max_iter, tol, kw)
+    if warn:
+        warn_barycenter(lg, max_iter, tol, kw.get('max_iter', 10000))
     return (Z, Cb, lg) if log else (Z, Cb)
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #eeda1b50
