@@ -20,10 +20,8 @@ def update_features(
     hs: list,  # K features (L_i, d)
     lambdas: list,  # K weights $\lambda_i$, sum 1
     b: torch.Tensor,  # (L_b,) barycenter weights
-) -> torch.Tensor:  # (L_b, d) $Z$
-    """Feature step of the FGW barycenter: $Z = \\operatorname{diag}(1/b)\\sum_i \\lambda_i
-    T_i^\\top h_i$."""
-    # (L_b, d)
+) -> torch.Tensor:  # (L_b, d) $Z = \operatorname{diag}(1/b)\sum_i \lambda_i T_i^\top h_i$
+    "Feature step of the FGW barycenter: the plan-weighted mean of the tokens sent to each node."
     return sum(lam * plan.T @ h for lam, plan, h in zip(lambdas, plans, hs)) / b[:, None]
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #c730f65a
@@ -32,13 +30,10 @@ def update_structure(
     Cs: list,  # K structures (L_i, L_i)
     lambdas: list,  # K weights, sum 1
     b: torch.Tensor,  # (L_b,) barycenter weights
-) -> torch.Tensor:  # (L_b, L_b) $\bar C$
-    """Structure step of the FGW barycenter (square loss): $\\bar C = \\sum_i \\lambda_i T_i^\\top
-    C_i T_i / (b b^\\top)$."""
-    # (L_b, L_b)
-    return sum(lam * plan.T @ C @ plan for lam, plan, C in zip(lambdas, plans, Cs)) / (
-        b[:, None] * b[None, :]
-    )
+) -> torch.Tensor:  # (L_b, L_b) $\bar C = \sum_i \lambda_i T_i^\top C_i T_i / (b b^\top)$
+    "Structure step of the FGW barycenter (square loss), entrywise."
+    CT = sum(lam * plan.T @ C @ plan for lam, plan, C in zip(lambdas, plans, Cs))  # (L_b, L_b)
+    return CT / (b[:, None] * b[None, :])
 
 # %% ../../nbs/2_ot/07_fgw_barycenter.ipynb #a60d647e
 def sq_dists(
@@ -60,17 +55,11 @@ def barycenter_defaults(
     L_b: int,  # barycenter size
     b: torch.Tensor | None,  # (L_b,) barycenter weights, or None (uniform)
 ) -> tuple:  # (hs, Cs, ps, lambdas, b), lambdas normalised to sum 1
-    "The group with its defaults filled in: uniform $a_i$ and $b$, $\\lambda$ divided by its sum."
+    "The group with its defaults filled in: uniform $a_i$ and $b$, $\lambda$ divided by its sum."
     if len(hs) == 0 or len(Cs) != len(hs):
-        raise ValueError(
-            f"need as many structures as feature sets (>= 1), got {len(hs)}, {len(Cs)}"
-        )
-    K = len(hs)
-    lam = (  # (K,)
-        torch.full((K,), 1 / K, dtype=torch.float64)
-        if lambdas is None
-        else torch.tensor([float(x) for x in lambdas], dtype=torch.float64)
-    )
+        raise ValueError(f"need as many structures as feature sets (>= 1): {len(hs)}, {len(Cs)}")
+    w = [1 / len(hs)] * len(hs) if lambdas is None else [float(x) for x in lambdas]
+    lam = torch.tensor(w, dtype=torch.float64)  # (K,)
     b = torch.full((L_b,), 1 / L_b, dtype=hs[0].dtype) if b is None else b  # (L_b,)
     ps = [torch.full((len(h),), 1 / len(h), dtype=h.dtype) for h in hs] if ps is None else ps
     return hs, Cs, ps, (lam / lam.sum()).tolist(), b
@@ -105,10 +94,8 @@ def barycenter_step(
     "One block-coordinate iteration: the FGW plans, then the feature step, then the structure step."
     hs, Cs, ps, lambdas, b = group
     # T_i = argmin_T FGW_alpha(T; (h_i, C_i, a_i), (Z, C_bar, b)), by conditional gradient
-    sols = [
-        fgw(sq_dists(h, Z), C, Cb, p, b, alpha, G0=G, **kw)
-        for h, C, p, G in zip(hs, Cs, ps, starts)
-    ]
+    M = [sq_dists(h, Z) for h in hs]  # K x (L_i, L_b) feature costs
+    sols = [fgw(Mi, C, Cb, p, b, alpha, G0=G, **kw) for Mi, C, p, G in zip(M, Cs, ps, starts)]
     plans = [P for P, _ in sols]  # K x (L_i, L_b)
     capped = sum(not lg['converged'] for _, lg in sols)  # plans that stopped at fgw's cap
     if free[0]:
@@ -212,19 +199,16 @@ def monotone_coupling(
     p: torch.Tensor,  # (n,) weights of a chain, in order
     b: torch.Tensor,  # (m,) weights of a second chain, in order
 ) -> torch.Tensor:  # (n, m) the north-west-corner plan
-    """Monotone coupling of two ordered 1-D measures (north-west corner rule): the optimal plan for
-    any convex cost of $\\tau - \\bar\\tau$."""
+    "Monotone coupling of two ordered 1-D measures by the north-west corner rule."
     P = torch.zeros(len(p), len(b), dtype=p.dtype)  # (n, m)
-    i, j, ri, rj = 0, 0, float(p[0]), float(b[0])
+    i, j, ri, rj = 0, 0, float(p[0]), float(b[0])  # current cell, mass left in row i, column j
     while i < len(p) and j < len(b):
         mass = min(ri, rj)
-        P[i, j] = mass
-        ri -= mass
-        rj -= mass
-        if ri <= rj:
+        P[i, j], ri, rj = mass, ri - mass, rj - mass
+        if ri <= rj:  # row i used up: go south
             i += 1
             ri = float(p[i]) if i < len(p) else 0.0
-        else:
+        else:  # column j full: go east
             j += 1
             rj = float(b[j]) if j < len(b) else 0.0
     return P
@@ -235,32 +219,19 @@ def rollout_barycenter(
     mask: torch.Tensor,  # (K, T) bool real tokens
     L_b: int = 32,  # barycenter size
     alpha: float = 0.25,  # structure weight
-    # 'chain': $\bar C$ fixed to the chain on $\bar\tau$; 'free': updated
-    structure: str = 'chain',
+    structure: str = 'chain',  # 'chain': $\bar C$ fixed to the chain on $\bar\tau$; 'free'
     how: str = 'unit',  # feature normalisation (see `normalize_features`)
-    # passed to `fgw_barycenter` (max_iter, tol, warmstart, ...)
-    **kwargs,
+    **kwargs,  # passed to `fgw_barycenter` (max_iter, tol, warmstart, ...)
 ) -> tuple:  # (Z (L_b, d), Cb (L_b, L_b), log with 'plans' K x (L_i, L_b))
-    """Exact FGW barycenter of a padded group of rollouts, started from the monotone position
-    coupling."""
+    "Exact FGW barycenter of a padded group of rollouts, started from the monotone coupling."
     h, mask = torch.as_tensor(h), torch.as_tensor(mask)  # NumPy arrays accepted
     if structure not in ('chain', 'free'):
         raise ValueError(f"structure must be 'chain' or 'free', got {structure!r}")
     K, g = h.shape[0], chain_graph(h, mask, how)
-    hs = [g['h'][i][mask[i]] for i in range(K)]
-    Cs = [g['C'][i][mask[i]][:, mask[i]] for i in range(K)]
+    hs = [g['h'][i][mask[i]] for i in range(K)]  # K x (L_i, d)
+    Cs = [g['C'][i][mask[i]][:, mask[i]] for i in range(K)]  # K x (L_i, L_i)
     b = torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (L_b,)
     P0 = [monotone_coupling(g['p'][i][mask[i]], b) for i in range(K)]  # K x (L_i, L_b)
     Z0 = update_features(P0, hs, [1 / K] * K, b)  # (L_b, d)
-    return fgw_barycenter(
-        hs,
-        Cs,
-        L_b=L_b,
-        alpha=alpha,
-        init_Z=Z0,
-        init_plans=P0,
-        b=b,
-        fixed_structure=(structure == 'chain'),
-        log=True,
-        **kwargs,
-    )
+    kw = dict(init_Z=Z0, init_plans=P0, b=b, fixed_structure=(structure == 'chain'), log=True)
+    return fgw_barycenter(hs, Cs, L_b=L_b, alpha=alpha, **kw, **kwargs)
