@@ -55,7 +55,7 @@ def barycenter_defaults(
     L_b: int,  # barycenter size
     b: torch.Tensor | None,  # (L_b,) barycenter weights, or None (uniform)
 ) -> tuple:  # (hs, Cs, ps, lambdas, b), lambdas normalised to sum 1
-    "The group with its defaults filled in: uniform $a_i$ and $b$, $\lambda$ divided by its sum."
+    "The group with its defaults filled in: uniform $a_i$ and $b$, $\\lambda$ divided by its sum."
     if len(hs) == 0 or len(Cs) != len(hs):
         raise ValueError(f"need as many structures as feature sets (>= 1): {len(hs)}, {len(Cs)}")
     w = [1 / len(hs)] * len(hs) if lambdas is None else [float(x) for x in lambdas]
