@@ -14,7 +14,7 @@ from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
 # %% auto #0
 __all__ = ['anchor_plan', 'structure_cost', 'chain_tau_bar', 'linear_cost', 'lift', 'lifted_cost', 'lfgw', 'monotone_plan',
-           'barycenter_update', 'check_barycenter_inputs', 'barycenter_cost', 'linearized_barycenter_reference']
+           'barycenter_update', 'barycenter_cost', 'linearized_barycenter_reference']
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #07177df6
 def anchor_plan(
@@ -157,33 +157,6 @@ def barycenter_update(
     TH = P.flatten(-3, -2).transpose(-1, -2) @ h.flatten(-3, -2)
     b = P.sum((-3, -2))  # (..., L_b)  sum_i lam_i T_i^T 1 (= b at exact marginals)
     return TH / b.clamp_min(torch.finfo(b.dtype).tiny).unsqueeze(-1)  # (..., L_b, d)
-
-# %% ../../nbs/2_ot/08_linearization.ipynb #3e095994
-def check_barycenter_inputs(
-    h: torch.Tensor,  # (..., K, T, d) hidden states
-    mask: torch.Tensor,  # (..., K, T) bool
-    # (..., K) non-negative rollout weights, or None (uniform)
-    weights: torch.Tensor | None = None,
-) -> torch.Tensor:  # (..., K) $\lambda$: normalised over present rollouts, 0 if absent
-    """Validate barycenter inputs (types, shapes) and return the rollout weights $\\lambda$
-    (finiteness of `h`: `feature_scales`, in the same pass as the norms)."""
-    if not isinstance(h, torch.Tensor) or not h.is_floating_point():
-        raise TypeError("h must be a floating torch.Tensor")
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise TypeError("mask must be a bool torch.Tensor")
-    if h.ndim < 3:
-        raise ValueError(f"h must be (..., K, T, d), got shape {tuple(h.shape)}")
-    if mask.shape != h.shape[:-1]:
-        raise ValueError(
-            f"mask shape {tuple(mask.shape)} must be h's without d: {tuple(h.shape[:-1])}"
-        )
-    if h.shape[-2] == 0 or h.shape[-1] == 0:
-        raise ValueError(f"empty rollouts or features: h shape {tuple(h.shape)}")
-    present = mask.any(-1).to(h.dtype)  # (..., K)
-    w = present if weights is None else weights.to(h) * present  # (..., K)
-    if not torch.isfinite(w).all() or (w < 0).any():
-        raise ValueError("weights must be finite and non-negative")
-    return w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(h.dtype).tiny)  # (..., K)
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #90f69d49
 def barycenter_cost(
