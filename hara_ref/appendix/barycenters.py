@@ -13,6 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .sinkhorn import sinkhorn_log
 from ..ot.entropic import ConvergenceWarning, stop_floor
 from .newton import semidual_newton, newton_start, newton_trial
+from .barycenter_checks import check_barycenter_inputs
 from ..ot.fgw import chain_positions, normalize_features, feature_norms
 
 # chapter 08_linearization's pieces, re-exported: `from hara_ref.appendix.barycenters import ...`
@@ -23,7 +24,6 @@ from hara_ref.ot.lfgw import (
     lift,
     monotone_plan,
     barycenter_update,
-    check_barycenter_inputs,
     barycenter_cost,
     linearized_barycenter_reference,
 )

@@ -11,7 +11,8 @@ import torch
 
 # %% auto #0
 __all__ = ['sinkhorn_naive', 'lse_update', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'marginal_error', 'stop_floor',
-           'check_iterations', 'ConvergenceWarning', 'sinkhorn_reference', 'semidual_reference']
+           'check_iterations', 'ConvergenceWarning', 'sinkhorn_reference', 'newton_direction', 'armijo_step',
+           'semidual_reference']
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #9cebbc29
 def sinkhorn_naive(
@@ -180,8 +181,7 @@ def sinkhorn_reference(
     b: torch.Tensor,  # (m,) target weights, sum 1
     M: torch.Tensor,  # (n, m) cost
     reg: float,  # entropic regulariser $\varepsilon > 0$
-    # stop when $\lVert T^\top\mathbf 1 - b\rVert_2 <$ this (`stop_floor`)
-    stop_thr: float = 1e-9,
+    stop_thr: float = 1e-9,  # stop when $\lVert T^\top\mathbf 1 - b\rVert_2 <$ this (`stop_floor`)
     num_iter_max: int = 10000,  # most iterations
     warn: bool = True,  # `ConvergenceWarning` when num_iter_max is reached first
     log: bool = False,  # dict(n_iter, err, converged, stop_thr) in place of n_iter
@@ -200,13 +200,39 @@ def sinkhorn_reference(
         if err < thr:
             break
     if warn and err >= thr:
+        msg = f"stopped at num_iter_max={num_iter_max} with marginal error {err:.2e} >= "
         warnings.warn(
-            f"sinkhorn_reference: stopped at num_iter_max={num_iter_max} with "
-            f"marginal error {err:.2e} >= stop_thr {thr:.1e}",
-            ConvergenceWarning,
-            stacklevel=2,
+            f"sinkhorn_reference: {msg}stop_thr {thr:.1e}", ConvergenceWarning, stacklevel=2
         )
     return plan, (dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr) if log else it)
+
+# %% ../../nbs/2_ot/05_sinkhorn.ipynb #sk05c006
+def newton_direction(
+    T: torch.Tensor,  # (n, m) the plan $\operatorname{diag}(a)\,\Gamma(\ell)$
+    S: torch.Tensor,  # (n, m) $\Gamma(\ell)$, the row softmax of $\log\mathcal K + \ell$
+    c: torch.Tensor,  # (m,) the plan's column mass $b'$
+    b: torch.Tensor,  # (m,) target weights
+) -> torch.Tensor:  # (m,) $\eta$ of (N3)
+    "Newton's direction on the semi-dual: the solution $\\eta$ of (N3)."
+    # (m, m)  H = diag(b') - T^T Gamma (N2), + 1 1^T / m^2 (N3), + a 1e-12 ridge
+    H = torch.diag(c + 1e-12 * c.max()) - T.T @ S + 1 / len(b) ** 2
+    return torch.linalg.solve(H, b - c)  # (m,)  (N3)
+
+# %% ../../nbs/2_ot/05_sinkhorn.ipynb #sk05c007
+def armijo_step(
+    J,  # the concave function to raise: $\ell \mapsto J(\ell)$, a float
+    ell: torch.Tensor,  # (m,) the current point
+    eta: torch.Tensor,  # (m,) the ascent direction
+    slope: float,  # $\nabla J^\top\eta$
+    dtype: torch.dtype,  # dtype of J's arithmetic (its rounding)
+) -> float:  # the step length $\gamma$
+    "Armijo's rule: halve $\\gamma$ until J rises by at least $10^{-4}\\gamma\\nabla J^\\top\\eta$."
+    gamma = min(1.0, 20 / float(eta.abs().max()))  # no potential moves by more than 20
+    J0, rise = J(ell), 1e-4 * slope  # Armijo asks for gamma * rise
+    slack = 64 * torch.finfo(dtype).eps * (abs(J0) + 1)  # J's rounding
+    while J(ell + gamma * eta) < J0 + gamma * rise - slack and gamma > 1e-12:
+        gamma /= 2  # Armijo backtracking
+    return gamma
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #nwt05cd1
 def semidual_reference(
@@ -223,9 +249,8 @@ def semidual_reference(
     a, b, M = check_ot_inputs(a, b, M, reg)
     check_iterations(max_iter, 1, 1.0, 'max_iter')
     thr = max(tol, float(stop_floor(M, b, reg)))  # what the dtype can resolve
-    logK, ell, m = -M / reg, torch.zeros_like(b), len(b)  # (n, m), (m,)
-    # J(l) = sum_j b_j l_j - sum_i a_i LSE_j(log K_ij + l_j)   (N1)
-    J = lambda ell: float((b * ell).sum() - (a * torch.logsumexp(logK + ell, 1)).sum())
+    logK, ell = -M / reg, torch.zeros_like(b)  # (n, m), (m,)
+    J = lambda ell: float((b * ell).sum() - (a * torch.logsumexp(logK + ell, 1)).sum())  # (N1)
     for it in range(max_iter + 1):  # it: Newton steps taken so far
         S = torch.softmax(logK + ell, 1)  # (n, m)  Gamma(l)
         T = a[:, None] * S  # (n, m)  the plan, rows exact
@@ -233,21 +258,9 @@ def semidual_reference(
         err = float((b - c).norm())  # ||grad J|| = ||b - b'||_2   (N2)
         if err < thr or it == max_iter:
             break
-        # (m, m)  H = diag(b') - T^T Gamma (N2), + 1 1^T / m^2 (N3), + a 1e-12 ridge
-        H = torch.diag(c + 1e-12 * c.max()) - T.T @ S + 1 / m**2
-        eta = torch.linalg.solve(H, b - c)  # (m,)  (N3)
-        gamma = min(1.0, 20 / float(eta.abs().max()))  # no potential moves by more than 20
-        J0, rise = J(ell), 1e-4 * float((b - c) @ eta)  # Armijo asks for gamma * rise
-        slack = 64 * torch.finfo(M.dtype).eps * (abs(J0) + 1)  # J's rounding
-        while J(ell + gamma * eta) < J0 + gamma * rise - slack and gamma > 1e-12:
-            gamma /= 2  # Armijo backtracking
-        ell = ell + gamma * eta
+        eta = newton_direction(T, S, c, b)  # (m,)  (N3)
+        ell = ell + armijo_step(J, ell, eta, float((b - c) @ eta), M.dtype) * eta
     if warn and err >= thr:
-        warnings.warn(
-            f"semidual_reference: stopped at max_iter={max_iter} Newton steps with "
-            f"marginal error {err:.2e} >= tol {thr:.1e}",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    lg = dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr)
-    return T, (lg if log else it)
+        msg = f"stopped at max_iter={max_iter} Newton steps with marginal error {err:.2e} >= "
+        warnings.warn(f"semidual_reference: {msg}tol {thr:.1e}", ConvergenceWarning, stacklevel=2)
+    return T, (dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr) if log else it)

@@ -13,16 +13,14 @@ from .entropic import check_ot_inputs, check_iterations, ConvergenceWarning
 
 # %% auto #0
 __all__ = ['chain_positions', 'chain_structure', 'feature_norms', 'normalize_features', 'chain_graph', 'gw_objective',
-           'fgw_objective', 'gw_gradient', 'fgw_line_search', 'fgw', 'fgw2', 'rollout_pair']
+           'fgw_objective', 'gw_gradient', 'fgw_line_search', 'fw_vertex', 'fgw', 'fgw2', 'rollout_pair']
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #77991037
 def chain_positions(
     mask: torch.Tensor,  # (..., T) bool, True on real tokens
-    # float dtype of the result (default: torch's default dtype)
-    dtype: torch.dtype | None = None,
+    dtype: torch.dtype | None = None,  # float dtype of the result (default: torch's default)
 ) -> torch.Tensor:  # (..., T) $\tau$ in [0, 1], 0 on padding
-    """Normalised chain positions $\\tau_t = (t-1)/(L-1)$ of the real tokens ($L=1$: $1/2$), 0 on
-    padding."""
+    "Normalised chain positions $\\tau_t = (t-1)/(L-1)$ of the real tokens ($L=1$: $1/2$)."
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor, got {mask.dtype}")
     dtype = dtype or torch.get_default_dtype()
@@ -69,8 +67,7 @@ def normalize_features(
     how: str = 'unit',  # 'unit' | 'none' | 'mean_norm'
     mask: torch.Tensor | None = None,  # (..., T) bool real tokens, used by 'mean_norm'
 ) -> torch.Tensor:  # (..., T, d)
-    """Scale hidden states so that feature costs are O(1): unit norm per token (default) or
-    per-rollout mean norm."""
+    "Scale hidden states to costs of order 1: unit norm per token, or per-rollout mean norm."
     if how == 'none':
         return h
     if how not in ('unit', 'mean_norm'):
@@ -89,18 +86,13 @@ def chain_graph(
     mask: torch.Tensor,  # (..., T) bool real tokens
     how: str = 'unit',  # feature normalisation, see `normalize_features`
 ) -> dict:  # h (..., T, d), tau (..., T), C (..., T, T), p (..., T)
-    """Attributed chain graph of (a batch of) rollouts: features, positions, structure and uniform
-    node weights."""
+    "Attributed chain graph of rollouts: features, positions, structure, uniform node weights."
     if h.shape[:-1] != mask.shape:
         raise ValueError(f"shape mismatch: h {tuple(h.shape)} vs mask {tuple(mask.shape)}")
     tau = chain_positions(mask, h.dtype)  # (..., T)
     p = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp(min=1)  # (..., T)
-    return dict(
-        h=normalize_features(h, how, mask) * mask.unsqueeze(-1),
-        tau=tau,
-        C=chain_structure(tau),
-        p=p,
-    )
+    hn = normalize_features(h, how, mask) * mask.unsqueeze(-1)  # (..., T, d)
+    return dict(h=hn, tau=tau, C=chain_structure(tau), p=p)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #2c5de9a6
 def gw_objective(
@@ -110,10 +102,8 @@ def gw_objective(
 ) -> torch.Tensor:  # (...,) $\sum (C_1[t,s]-C_2[j,k])^2 T_{tj}T_{sk}$
     "Gromov-Wasserstein (square loss) term of a plan, in $O(L^2 L_b + L L_b^2)$."
     a_, b_ = plan.sum(-1), plan.sum(-2)  # (..., n), (..., m) marginals a', b' of the plan itself
-    # a'^T C1^2 a' + b'^T C2^2 b'
-    const = (a_ * ((C1**2) @ a_.unsqueeze(-1)).squeeze(-1)).sum(-1) + (
-        b_ * ((C2**2) @ b_.unsqueeze(-1)).squeeze(-1)
-    ).sum(-1)
+    ca = (a_ * ((C1**2) @ a_.unsqueeze(-1)).squeeze(-1)).sum(-1)  # (...,) a'^T C1^2 a'
+    const = ca + (b_ * ((C2**2) @ b_.unsqueeze(-1)).squeeze(-1)).sum(-1)  # + b'^T C2^2 b'
     # - 2 <C1 T C2^T, T>
     return const - 2 * (C1 @ plan @ C2.transpose(-1, -2) * plan).sum((-2, -1))  # (...,)
 
@@ -125,8 +115,7 @@ def fgw_objective(
     C2: torch.Tensor,  # (..., m, m) structure 2
     alpha: float,  # weight of the structure term
 ) -> torch.Tensor:  # (...,) $\mathcal F_\alpha(T)$
-    """FGW objective $\\mathcal F_\\alpha(T) = (1-\\alpha)\\langle M, T\\rangle +
-    \\alpha\\,\\mathrm{GW}(T)$ (POT's $\\alpha$ convention)."""
+    "FGW objective $(1-\\alpha)\\langle M, T\\rangle + \\alpha\\,\\mathrm{GW}(T)$, POT's $\\alpha$."
     return (1 - alpha) * (M * plan).sum((-2, -1)) + alpha * gw_objective(plan, C1, C2)
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #b4d6838e
@@ -137,8 +126,7 @@ def gw_gradient(
     p: torch.Tensor,  # (n,) first marginal
     q: torch.Tensor,  # (m,) second marginal
 ) -> torch.Tensor:  # (n, m) $\nabla \mathrm{GW}(T)$
-    """Gradient of the GW term on $\\Pi(a,b)$, $a$ = `p`, $b$ = `q`: $2(C_1^{2} a 1^\\top +
-    1 b^\\top C_2^{2} - 2 C_1 T C_2)$."""
+    "Gradient of the GW term on $\\Pi(a,b)$ ($a$ = `p`, $b$ = `q`), as displayed above."
     const = ((C1**2) @ p).unsqueeze(-1) + ((C2**2) @ q).unsqueeze(-2)  # (n, m)
     return 2 * (const - 2 * C1 @ plan @ C2.T)  # (n, m)
 
@@ -151,8 +139,7 @@ def fgw_line_search(
     C2: torch.Tensor,  # (m, m) symmetric structure 2
     alpha: float,  # structure weight
 ) -> tuple:  # (gamma, change of the objective at gamma)
-    """Exact line search for the square-loss FGW objective along $X$: minimise the parabola
-    $\\tfrac12\\ddot{\\mathcal F}\\gamma^2 + \\dot{\\mathcal F}\\gamma$ on $[0,1]$."""
+    "Exact line search along $X$: the minimiser on $[0,1]$ of the parabola displayed above."
     dot = C1 @ delta @ C2.T  # (n, m)
     qa = float(-2 * alpha * (dot * delta).sum())  # F''/2 = -2 alpha <C1 X C2, X>
     qb = float((1 - alpha) * (M * delta).sum() - 4 * alpha * (dot * plan).sum())  # F'(0)
@@ -186,6 +173,44 @@ def _check_fgw_inputs(M, C1, C2, p, q, alpha):
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     return p, q
 
+# %% ../../nbs/2_ot/06_fgw.ipynb #fg06c004
+def _fgw_start(M, C1, C2, p, q, alpha, G0, max_iter):
+    "Checked inputs and the starting plan in $\\Pi(p, q)$ (default $pq^\\top$): p, q, G."
+    p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha)
+    check_iterations(max_iter, 1, 1.0, 'max_iter')
+    G = p[:, None] * q[None, :] if G0 is None else G0.to(M)  # (n, m)
+    tol = 1e-8 if M.dtype == torch.float64 else 1e-5
+    if (
+        G.shape != M.shape
+        or (G.sum(1) - p).abs().max() > tol
+        or (G.sum(0) - q).abs().max() > tol
+        or (G < 0).any()
+    ):
+        raise ValueError(f"G0 must be a plan in Pi(p, q) of shape {tuple(M.shape)}")
+    return p, q, G
+
+
+def _warn_fgw(max_iter, cost, old, tol_abs, tol_rel):
+    "The `ConvergenceWarning` of `fgw` at its cap: the last change of the objective."
+    step = abs(cost - old)  # last change of the objective
+    warnings.warn(
+        f"fgw: stopped at max_iter={max_iter} Frank-Wolfe iterations with objective change "
+        f"{step:.2e} (tol_abs {tol_abs:.0e}; relative {step / max(abs(cost), 1e-300):.2e}, "
+        f"tol_rel {tol_rel:.0e})",
+        ConvergenceWarning,
+        stacklevel=3,
+    )
+
+# %% ../../nbs/2_ot/06_fgw.ipynb #fg06c005
+def fw_vertex(
+    p: torch.Tensor,  # (n,) first marginal
+    q: torch.Tensor,  # (m,) second marginal
+    grad: torch.Tensor,  # (n, m) gradient of the objective at the current plan
+) -> torch.Tensor:  # (n, m) $\tilde T$, in the dtype and on the device of `grad`
+    "Frank-Wolfe's vertex: the exact OT plan for the linearised objective (POT's `ot.emd`)."
+    P = ot.emd(*(x.detach().cpu().double().numpy() for x in (p, q, grad)))  # (n, m)
+    return torch.as_tensor(P, dtype=grad.dtype, device=grad.device)
+
 # %% ../../nbs/2_ot/06_fgw.ipynb #0674d54c
 def fgw(
     M: torch.Tensor,  # (n, m) feature cost $M_{tj}$
@@ -201,28 +226,13 @@ def fgw(
     log: bool = False,  # also return dict(fgw_dist, loss, n_iter, converged)
     warn: bool = True,  # `ConvergenceWarning` when max_iter comes first
 ):  # plan (n, m) [, log]
-    """FGW plan by conditional gradient with exact line search (square loss), as
-    `ot.gromov.fused_gromov_wasserstein`."""
-    p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha)
-    check_iterations(max_iter, 1, 1.0, 'max_iter')
-    G = p[:, None] * q[None, :] if G0 is None else G0.to(M)  # (n, m)
-    tol = 1e-8 if M.dtype == torch.float64 else 1e-5
-    if (
-        G.shape != M.shape
-        or (G.sum(1) - p).abs().max() > tol
-        or (G.sum(0) - q).abs().max() > tol
-        or (G < 0).any()
-    ):
-        raise ValueError(f"G0 must be a plan in Pi(p, q) of shape {tuple(M.shape)}")
+    "FGW plan by conditional gradient, exact line search: `ot.gromov.fused_gromov_wasserstein`."
+    p, q, G = _fgw_start(M, C1, C2, p, q, alpha, G0, max_iter)  # (n,), (m,), (n, m) checked
     cost, losses = float(fgw_objective(G, M, C1, C2, alpha)), []
     losses.append(cost)
-    p_np, q_np = p.detach().cpu().double().numpy(), q.detach().cpu().double().numpy()
     for it in range(1, max_iter + 1):
-        grad = (1 - alpha) * M + alpha * gw_gradient(G, C1, C2, p, q)  # (n, m)
-        # (n, m)
-        direction = torch.as_tensor(
-            ot.emd(p_np, q_np, grad.detach().cpu().double().numpy()), dtype=M.dtype, device=M.device
-        )
+        grad = (1 - alpha) * M + alpha * gw_gradient(G, C1, C2, p, q)  # (n, m) linearise
+        direction = fw_vertex(p, q, grad)  # (n, m) the vertex T~
         gamma, change = fgw_line_search(G, direction - G, M, C1, C2, alpha)
         G, old, cost = G + gamma * (direction - G), cost, cost + change
         losses.append(cost)
@@ -230,20 +240,12 @@ def fgw(
         if conv:
             break
     if warn and not conv:
-        step = abs(cost - old)  # last change of the objective
-        warnings.warn(
-            f"fgw: stopped at max_iter={max_iter} Frank-Wolfe iterations with objective change "
-            f"{step:.2e} (tol_abs {tol_abs:.0e}; relative {step / max(abs(cost), 1e-300):.2e}, "
-            f"tol_rel {tol_rel:.0e})",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
+        _warn_fgw(max_iter, cost, old, tol_abs, tol_rel)
     return (G, dict(fgw_dist=cost, loss=losses, n_iter=it, converged=conv)) if log else G
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #60fa4e78
 def fgw2(M, C1, C2, p=None, q=None, alpha: float = 0.25, G0=None, **kwargs) -> float:
-    """FGW distance $\\mathcal F_\\alpha(T^\\star)$ at the plan `fgw` finds (a local optimum; see
-    below), as `ot.gromov.fused_gromov_wasserstein2`."""
+    "FGW value at the plan `fgw` finds (a local optimum), as `ot.gromov.fused_gromov_wasserstein2`."
     plan = fgw(M, C1, C2, p, q, alpha, G0, **kwargs)
     return float(fgw_objective(plan, M, C1, C2, alpha))
 

@@ -8,14 +8,14 @@ import math
 import warnings
 import torch
 import ot
-from ..appendix.sinkhorn import sinkhorn_log
 from .entropic import semidual_reference, ConvergenceWarning
 from .fgw import chain_positions, normalize_features
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
 
 # %% auto #0
 __all__ = ['anchor_plan', 'structure_cost', 'chain_tau_bar', 'linear_cost', 'lift', 'lifted_cost', 'lfgw', 'monotone_plan',
-           'barycenter_update', 'check_barycenter_inputs', 'barycenter_cost', 'linearized_barycenter_reference']
+           'barycenter_update', 'barycenter_cost', 'linearized_start', 'linearized_plans',
+           'linearized_barycenter_reference']
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #07177df6
 def anchor_plan(
@@ -23,8 +23,7 @@ def anchor_plan(
     L_b: int,  # barycenter size $L_b \ge 2$
     dtype=torch.float64,  # dtype of the result
 ) -> torch.Tensor:  # (..., T, L_b) $P^0$: $P^0_{1,1} = P^0_{L,L_b} = 1$, 0 elsewhere
-    """Anchor plan of Lemma 3.1: first real token to node 1, last real token to node $L_b$, unit
-    mass each."""
+    "Anchor plan of Lemma 3.1: first real token to node 1, last to node $L_b$, unit mass each."
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be bool, got {mask.dtype}")
     if L_b < 2:
@@ -60,8 +59,7 @@ def chain_tau_bar(
     dtype=torch.float64,  # dtype
     device=None,  # device
 ) -> torch.Tensor:  # (L_b,) $\bar\tau_j = (j-1)/(L_b-1)$
-    """Positions of the barycenter's chain nodes (chapter 06_fgw's `chain_positions` on $L_b$ real
-    nodes)."""
+    "Positions of the barycenter's chain nodes: chapter 06's `chain_positions` on $L_b$ nodes."
     if L_b < 1:
         raise ValueError(f"L_b must be >= 1, got {L_b}")
     return chain_positions(torch.ones(L_b, dtype=torch.bool, device=device), dtype)  # (L_b,)
@@ -84,9 +82,7 @@ def lift(
     if not 0 <= alpha <= 1:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
     if tau.shape != h.shape[:-1]:
-        raise ValueError(
-            f"tau shape {tuple(tau.shape)} must be h's without d: {tuple(h.shape[:-1])}"
-        )
+        raise ValueError(f"tau shape {tuple(tau.shape)} must be h's without d")
     # (..., T, d+1)
     return torch.cat(
         [math.sqrt(1 - alpha) * h, math.sqrt(2 * alpha) * tau.unsqueeze(-1).to(h.dtype)], -1
@@ -112,26 +108,22 @@ def lfgw(
     mask: torch.Tensor,  # (..., T) bool, True on real tokens
     z: torch.Tensor,  # (..., L_b, d) barycenter (or any chain's) features
     alpha: float = 0.25,  # FGW trade-off
-    reg: float = 0.0,  # 0: exact OT (`ot.emd`); > 0: entropic, log-domain Sinkhorn
-    **kwargs,  # passed to `sinkhorn_log` when reg > 0
+    reg: float = 0.0,  # 0: exact OT (`ot.emd`); > 0: entropic (Newton on the semi-dual)
+    **kwargs,  # passed to `semidual_reference` when reg > 0 (tol, max_iter, warn)
 ) -> tuple:  # value (...,) and plan (..., T, L_b)
     "Linearized FGW (Lemma 3.1): $W_2^2$ between the lifted rollout and the lifted chain $z$."
     # (..., T), (L_b,)
     tau, tau_bar = chain_positions(mask, h.dtype), chain_tau_bar(z.shape[-2], h.dtype, h.device)
     M = sq_dists(lift(h, tau, alpha), lift(z, tau_bar.expand(z.shape[:-1]), alpha))  # (..., T, L_b)
     a = mask.to(h.dtype) / mask.sum(-1, keepdim=True).clamp_min(1)  # (..., T)
-    # (..., L_b)
-    b = torch.full(M.shape[:-2] + (M.shape[-1],), 1 / M.shape[-1], dtype=h.dtype, device=h.device)
-    if reg > 0:
-        plan = sinkhorn_log(a, b, M, reg, **kwargs)  # (..., T, L_b)
-    else:
-        flat = [
-            ot.emd(ai, bi, Mi)
-            for ai, bi, Mi in zip(
-                a.reshape(-1, a.shape[-1]), b.reshape(-1, b.shape[-1]), M.reshape(-1, *M.shape[-2:])
-            )
-        ]
-        plan = torch.stack(flat).reshape(M.shape)  # (..., T, L_b)
+    b = torch.full_like(M[..., 0, :], 1 / M.shape[-1])  # (..., L_b)
+    n, m = M.shape[-2:]
+    problems = zip(a.reshape(-1, n), b.reshape(-1, m), M.reshape(-1, n, m))  # one problem at a time
+    if reg > 0:  # entropic: Newton on the semi-dual, one problem at a time
+        flat = [semidual_reference(ai, bi, Mi, reg, **kwargs)[0] for ai, bi, Mi in problems]
+    else:  # exact: network simplex
+        flat = [ot.emd(ai, bi, Mi) for ai, bi, Mi in problems]
+    plan = torch.stack(flat).reshape(M.shape)  # (..., T, L_b)
     return (plan * M).sum((-2, -1)), plan
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #e5d5a786
@@ -161,33 +153,6 @@ def barycenter_update(
     b = P.sum((-3, -2))  # (..., L_b)  sum_i lam_i T_i^T 1 (= b at exact marginals)
     return TH / b.clamp_min(torch.finfo(b.dtype).tiny).unsqueeze(-1)  # (..., L_b, d)
 
-# %% ../../nbs/2_ot/08_linearization.ipynb #3e095994
-def check_barycenter_inputs(
-    h: torch.Tensor,  # (..., K, T, d) hidden states
-    mask: torch.Tensor,  # (..., K, T) bool
-    # (..., K) non-negative rollout weights, or None (uniform)
-    weights: torch.Tensor | None = None,
-) -> torch.Tensor:  # (..., K) $\lambda$: normalised over present rollouts, 0 if absent
-    """Validate barycenter inputs (types, shapes) and return the rollout weights $\\lambda$
-    (finiteness of `h`: `feature_scales`, in the same pass as the norms)."""
-    if not isinstance(h, torch.Tensor) or not h.is_floating_point():
-        raise TypeError("h must be a floating torch.Tensor")
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise TypeError("mask must be a bool torch.Tensor")
-    if h.ndim < 3:
-        raise ValueError(f"h must be (..., K, T, d), got shape {tuple(h.shape)}")
-    if mask.shape != h.shape[:-1]:
-        raise ValueError(
-            f"mask shape {tuple(mask.shape)} must be h's without d: {tuple(h.shape[:-1])}"
-        )
-    if h.shape[-2] == 0 or h.shape[-1] == 0:
-        raise ValueError(f"empty rollouts or features: h shape {tuple(h.shape)}")
-    present = mask.any(-1).to(h.dtype)  # (..., K)
-    w = present if weights is None else weights.to(h) * present  # (..., K)
-    if not torch.isfinite(w).all() or (w < 0).any():
-        raise ValueError("weights must be finite and non-negative")
-    return w / w.sum(-1, keepdim=True).clamp_min(torch.finfo(h.dtype).tiny)  # (..., K)
-
 # %% ../../nbs/2_ot/08_linearization.ipynb #90f69d49
 def barycenter_cost(
     phi: torch.Tensor,  # (..., K, T, d+1) lifted rollouts
@@ -199,6 +164,41 @@ def barycenter_cost(
     phi_bar = lift(Z, tau_bar.expand(Z.shape[:-1]), alpha)  # (..., L_b, d+1)
     return sq_dists(phi, phi_bar.unsqueeze(-3))  # (..., K, T, L_b)
 
+# %% ../../nbs/2_ot/08_linearization.ipynb #lin08001
+def linearized_start(
+    h: torch.Tensor,  # (K, T, d) hidden states of one group's rollouts
+    mask: torch.Tensor,  # (K, T) bool, True on real tokens (every rollout has one)
+    alpha: float,  # FGW trade-off
+    L_b: int,  # barycenter size
+) -> (
+    tuple
+):  # hn (K, T, d), phi (K, T, d+1), tau_bar (L_b,), a (K, T), b (L_b,), lam (K,), Z (L_b, d)
+    "One group made ready: normalised and lifted tokens, weights, and $Z$ from the monotone plans."
+    hn = normalize_features(h, how='unit') * mask.unsqueeze(-1)  # (K, T, d)
+    phi = lift(hn, chain_positions(mask, h.dtype), alpha)  # (K, T, d+1)
+    tau_bar = chain_tau_bar(L_b, h.dtype)  # (L_b,)
+    a = mask.to(h.dtype) / mask.sum(-1, keepdim=True)  # (K, T)
+    b = torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (L_b,)
+    lam = torch.full((len(h),), 1 / len(h), dtype=h.dtype)  # (K,)
+    Z = barycenter_update(monotone_plan(a, b), hn, lam)  # (L_b, d) the order-preserving start
+    return hn, phi, tau_bar, a, b, lam, Z
+
+# %% ../../nbs/2_ot/08_linearization.ipynb #lin08002
+def linearized_plans(
+    phi: torch.Tensor,  # (K, T, d+1) lifted rollouts
+    Z: torch.Tensor,  # (L_b, d) barycenter features
+    tau_bar: torch.Tensor,  # (L_b,) barycenter positions
+    a: torch.Tensor,  # (K, T) token weights
+    b: torch.Tensor,  # (L_b,) node weights
+    alpha: float,  # FGW trade-off
+    reg: float,  # entropic $\varepsilon$
+    stop_thr: float,  # the plans' marginal tolerance (`semidual_reference`'s tol)
+) -> tuple:  # plans (K, T, L_b), Newton steps of each plan
+    "The plan step: the entropic plan of every rollout to $(Z, \\bar\\tau)$, one rollout at a time."
+    M = barycenter_cost(phi, Z, tau_bar, alpha)  # (K, T, L_b) lifted cost
+    solved = [semidual_reference(a[i], b, M[i], reg, stop_thr) for i in range(len(phi))]
+    return torch.stack([P for P, _ in solved]), [n for _, n in solved]
+
 # %% ../../nbs/2_ot/08_linearization.ipynb #06a8a786
 def linearized_barycenter_reference(
     h: torch.Tensor,  # (K, T, d) hidden states of one group's rollouts
@@ -207,44 +207,23 @@ def linearized_barycenter_reference(
     L_b: int = 32,  # barycenter size
     reg: float = 0.05,  # entropic $\varepsilon$
     max_iter: int = 1000,  # most barycenter iterations
-    # stop when an iteration moves Z by at most this (max |Z_new - Z|); 0: run max_iter
-    tol: float = 1e-10,
+    tol: float = 1e-10,  # stop when an iteration moves Z by at most this (max |Z_new - Z|)
     stop_thr: float = 1e-12,  # the plans' marginal tolerance (`semidual_reference`'s tol)
     warn: bool = True,  # a `ConvergenceWarning` when max_iter is reached with tol > 0
     log: bool = False,  # also return dict(n_iter, change, converged)
 ) -> tuple:  # Z (L_b, d), the last plans (K, T, L_b) (against the Z before it)[, log]
-    """Linearized FGW barycenter of one group by block-coordinate descent: plans, then the feature
-    step."""
-    hn = normalize_features(h, how='unit') * mask.unsqueeze(-1)  # (K, T, d)
-    phi = lift(hn, chain_positions(mask, h.dtype), alpha)  # (K, T, d+1)
-    tau_bar = chain_tau_bar(L_b, h.dtype)  # (L_b,)
-    a = mask.to(h.dtype) / mask.sum(-1, keepdim=True)  # (K, T)
-    b = torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (L_b,)
-    lam = torch.full((len(h),), 1 / len(h), dtype=h.dtype)  # (K,)
-    # (L_b, d) start: the order-preserving plans
-    Z = barycenter_update(monotone_plan(a, b), hn, lam)
+    "Linearized FGW barycenter of one group by block-coordinate descent: plans, then features."
+    hn, phi, tau_bar, a, b, lam, Z = linearized_start(h, mask, alpha, L_b)
     for it in range(1, max_iter + 1):
-        M = barycenter_cost(phi, Z, tau_bar, alpha)  # (K, T, L_b) lifted cost
-        # (K, T, L_b) entropic plans, Newton on the semi-dual
-        plans = torch.stack(
-            [semidual_reference(a[i], b, M[i], reg, stop_thr)[0] for i in range(len(h))]
-        )
-        # Z = diag(1/b') sum_i lambda_i T_i^T h_i, the feature step
-        Z_new = barycenter_update(plans, hn, lam)  # (L_b, d)
+        plans, _ = linearized_plans(phi, Z, tau_bar, a, b, alpha, reg, stop_thr)  # (K, T, L_b)
+        Z_new = barycenter_update(plans, hn, lam)  # (L_b, d) Z = diag(1/b') sum_i lam_i T_i^T h_i
         change, Z = (Z_new - Z).abs().max(), Z_new
         if change <= tol:
             break
     converged = bool(change <= tol)
     if warn and tol > 0 and not converged:
-        warnings.warn(
-            f"linearized_barycenter_reference: stopped at max_iter={max_iter} with Z still moving "
-            "by "
-            f"{float(change):.1e} > tol={tol:.0e}",
-            ConvergenceWarning,
-            stacklevel=2,
-        )
-    return (
-        (Z, plans, dict(n_iter=it, change=float(change), converged=converged))
-        if log
-        else (Z, plans)
-    )
+        msg = f"stopped at max_iter={max_iter} with Z still moving by {float(change):.1e} > "
+        msg += f"tol={tol:.0e}"
+        warnings.warn(f"linearized_barycenter_reference: {msg}", ConvergenceWarning, stacklevel=2)
+    lg = dict(n_iter=it, change=float(change), converged=converged)
+    return (Z, plans, lg) if log else (Z, plans)
