@@ -23,7 +23,8 @@ from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
 from hara_ref.hara.weights import hara_advantages, reweight_advantages
 from hara_ref.hara.baselines import token_entropy
-from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy
+from hara_ref.train.policy import char_tokenizer, tiny_qwen3
+from hara_ref.train.loop import save_policy
 from hara_ref.practice.cli import train_cli
 from hara_ref.rlvr.basics import rounding_tol
 from hara_ref.practice.trl import (

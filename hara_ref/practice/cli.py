@@ -208,7 +208,7 @@ def _check_paths(ex):
     "The model folder is whole, the data reads, the device exists (FileNotFoundError / ValueError)."
     import torch
     from hara_ref.train.sft import load_jsonl
-    from hara_ref.train.policy import checkpoint_problem
+    from hara_ref.train.loop import checkpoint_problem
 
     if ex.model and not (Path(ex.model) / 'config.json').exists():
         raise FileNotFoundError(f"--model {ex.model!r}: no checkpoint (config.json) there")

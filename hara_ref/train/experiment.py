@@ -14,20 +14,13 @@ import torch
 from ..rlvr.data import is_heldout
 from ..rlvr.basics import math_reward
 from ..rlvr.countdown import Task, builtin_task
-from hara_ref.train.policy import (
-    DTYPES,
-    char_tokenizer,
-    tiny_qwen3,
-    load_policy,
-    save_policy,
-    read_json,
-    checkpoint_problem,
-)
+from .policy import char_tokenizer, tiny_qwen3
 from ..hara.rollouts import field_errors
 from .rl import need_hook, needed_hooks, TrainConfig, REWEIGHTS
 from .sft import builtin_items, load_jsonl, sft, evaluate
 from .loop import train_run, resume_point, config_changes, progress_bar
-from .policy import read_jsonl, load_trainer_state
+from .loop import DTYPES, load_policy, save_policy, read_json, checkpoint_problem
+from .loop import read_jsonl, load_trainer_state
 
 # %% auto #0
 __all__ = ['EXPERIMENT_RANGES', 'ExperimentConfig', 'experiment_errors', 'variant_name', 'torch_threads', 'no_progress_bars',

@@ -7,24 +7,176 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 import torch
-from hara_ref.train.policy import (
-    load_policy,
-    save_policy,
-    append_jsonl,
-    read_jsonl,
-    read_json,
-    save_checkpoint,
-    load_trainer_state,
-    checkpoint_problem,
-)
 from .sft import evaluate
 from .rl import TrainConfig, need_hook, needed_hooks, rl_step
 
 # %% auto #0
-__all__ = ['RENAMED_FIELDS', 'config_changes', 'resume_point', 'progress_bar', 'train_run']
+__all__ = ['DTYPES', 'RENAMED_FIELDS', 'replace_dir', 'save_policy', 'checkpoint_problem', 'load_policy', 'append_jsonl',
+           'read_jsonl', 'read_json', 'save_checkpoint', 'load_trainer_state', 'config_changes', 'resume_point',
+           'progress_bar', 'train_run']
+
+# %% ../../nbs/4_train/18_loop.ipynb #72d57c07
+DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+
+
+def replace_dir(tmp: Path, dst: Path):
+    """Atomically put folder `tmp` at `dst` (the old `dst`, if any, survives as `dst.old` until the
+    swap is done)."""
+    old = dst.with_name(dst.name + '.old')
+    if old.exists():
+        shutil.rmtree(old)
+    if dst.exists():
+        os.replace(dst, old)
+    os.replace(tmp, dst)
+    if old.exists():
+        shutil.rmtree(old)
+
+
+def save_policy(model, tokenizer, path):  # folder to (re)write
+    "Write model and tokenizer with `save_pretrained` into `path`, atomically."
+    path = Path(path)
+    tmp = path.with_name(path.name + '.tmp')
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    replace_dir(tmp, path)
+
+
+def checkpoint_problem(path) -> str | None:
+    """Why the `save_pretrained` folder `path` cannot be loaded (the file and the reason), or None:
+    config, weights and tokenizer are there, and every JSON file and weights header reads."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    if not (path / 'config.json').exists():
+        return f"{path / 'config.json'} is missing"
+    if not [*path.glob('*.safetensors'), *path.glob('pytorch_model*.bin')]:
+        return f"{path / 'model.safetensors'} is missing (no weights)"
+    if not any((path / f).exists() for f in ('tokenizer.json', 'tokenizer.model', 'vocab.json')):
+        return f"{path / 'tokenizer.json'} is missing (no tokenizer)"
+    for f in sorted(path.iterdir()):
+        try:
+            if f.suffix == '.json':
+                json.loads(f.read_text(encoding='utf-8'))
+            elif f.suffix == '.safetensors':
+                with safe_open(str(f), 'pt'):
+                    pass  # reads the header, checks it covers the file
+        except Exception as e:
+            return f"{f} is damaged ({type(e).__name__}: {e})"
+    return None
+
+
+def load_policy(path, device='cpu', dtype: str = 'fp32'):
+    "Load a local causal LM and its tokenizer (`AutoModelForCausalLM`, `AutoTokenizer`, offline)."
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    if not path.exists() and path.with_name(path.name + '.old').exists():
+        path = path.with_name(path.name + '.old')
+    if not (path / 'config.json').exists():
+        raise FileNotFoundError(f"no model checkpoint (config.json) in {str(path)!r}")
+    if bad := checkpoint_problem(path):
+        raise ValueError(f"cannot load the checkpoint in {path}: {bad}")
+    kw = dict(local_files_only=True)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, **kw)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(path, **kw, dtype=DTYPES[dtype])
+        except TypeError:  # transformers < 4.56
+            model = AutoModelForCausalLM.from_pretrained(path, **kw, torch_dtype=DTYPES[dtype])
+    except Exception as e:
+        raise ValueError(f"cannot load the checkpoint in {path}: {type(e).__name__}: {e}") from e
+    return model.to(device), tokenizer
+
+# %% ../../nbs/4_train/18_loop.ipynb #8e2a3c6b
+def append_jsonl(path, row: dict):
+    "Append one JSON line and flush it to disk."
+    with open(path, 'a') as f:
+        f.write(json.dumps(row) + '\n')
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(path) -> list:
+    "The JSON objects of a metrics file ([] if none); a torn last line is skipped with a warning."
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines, rows = path.read_text(encoding='utf-8-sig').split('\n'), []  # '' after a whole line
+    for k, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            if k == len(lines):  # no newline after it: a write cut short; a resume redoes it
+                warnings.warn(f"{path}:{k}: torn last line skipped (a write cut short)")
+                continue
+            raise ValueError(
+                f"{path}:{k}: not valid JSON ({e.msg}, column {e.colno}); the file "
+                "is damaged: restore it, or move its run folder aside"
+            ) from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{k}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    return rows
+
+
+def read_json(path, fix: str) -> object:
+    "A JSON file; a damaged one raises ValueError naming the file, the fault and `fix`."
+    try:
+        return json.loads(Path(path).read_text(encoding='utf-8-sig'))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path} is damaged ({e}): {fix}") from None
+
+# %% ../../nbs/4_train/18_loop.ipynb #5634d1b3
+def save_checkpoint(
+    run_dir,
+    model,
+    tokenizer,
+    opt,
+    step: int,
+    generator,
+    rng: random.Random,
+    memory: dict | None = None,
+):
+    """Model, tokenizer and trainer state (step, optimizer, random generators) into `run_dir/ckpt`,
+    atomically."""
+    run_dir = Path(run_dir)
+    tmp = run_dir / 'ckpt.tmp'
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    torch.save(
+        dict(
+            step=step,
+            opt=opt.state_dict(),
+            gen=generator.get_state(),
+            rng=rng.getstate(),
+            memory=memory or {},
+        ),
+        tmp / 'trainer.pt',
+    )
+    replace_dir(tmp, run_dir / 'ckpt')
+
+
+def load_trainer_state(run_dir, mmap: bool = False) -> dict | None:
+    "The trainer state of a run's last complete checkpoint, or None; names a damaged file."
+    for d in (Path(run_dir) / 'ckpt', Path(run_dir) / 'ckpt.old'):
+        if not (d / 'trainer.pt').exists():
+            continue
+        try:
+            return torch.load(d / 'trainer.pt', weights_only=False, mmap=mmap) | dict(path=d)
+        except Exception as e:
+            raise ValueError(f"{d / 'trainer.pt'} is damaged ({type(e).__name__}: {e})") from None
+    return None
 
 # %% ../../nbs/4_train/18_loop.ipynb #7d462dc0
 # old name -> field: a run folder saved under an older name is compared under the new one
