@@ -18,7 +18,7 @@ from hara_ref.train.policy import (
     policy_forward,
     pad_id,
 )
-from hara_ref.train.rl import TrainConfig, credit_advantages, ppo_update
+from hara_ref.train.loop import TrainConfig, credit_advantages, ppo_update
 from hara_ref.train.loop import train_run, save_policy, load_policy, read_jsonl, load_trainer_state
 from hara_ref.train.sft import builtin_items, evaluate, sft
 from hara_ref.practice.cli import train_cli
@@ -305,7 +305,7 @@ def test_chunked_scoring_equals_unchunked_at_qwen3_vocab(tok, chunk):
 
 def test_train_flags_come_from_the_configs():
     from hara_ref.practice.cli import train_parser
-    from hara_ref.train.rl import TrainConfig
+    from hara_ref.train.loop import TrainConfig
     from hara_ref.train.experiment import ExperimentConfig
 
     p = train_parser()

@@ -202,7 +202,7 @@ def _pad_right(x: torch.Tensor, T: int, value) -> torch.Tensor:
 def _wave(model, tokenizer, items: list, counts: list, cfg, reward_fn, generator) -> tuple:
     """Sample `counts[i]` rollouts of item i: prompt indices (B,), responses (B, T), mask (B, T),
     rewards (B,)."""
-    from hara_ref.train.rl import sample_prompts
+    from hara_ref.train.loop import sample_prompts
     from hara_ref.train.sft import rewards_of
 
     idx = [i for i, c in enumerate(counts) for _ in range(int(c))]

@@ -255,7 +255,7 @@ def hp_rlvr_step(
     credit (Eq. 2), PPO-clip update."""
     from hara_ref.train.policy import policy_forward
     from hara_ref.train.sft import rewards_of
-    from hara_ref.train.rl import ppo_update, sample_prompts
+    from hara_ref.train.loop import ppo_update, sample_prompts
 
     t, t0, dev = {}, time.perf_counter(), model.device
     prompts = [it['prompt'] for it in items]

@@ -166,7 +166,7 @@ TRAIN_FLAGS = dict(
 def train_parser() -> argparse.ArgumentParser:
     "The flags of `hara-ref train`, generated from `ExperimentConfig` and `TrainConfig`."
     from hara_ref.train.experiment import ExperimentConfig
-    from hara_ref.train.rl import TrainConfig
+    from hara_ref.train.loop import TrainConfig
 
     p = argparse.ArgumentParser(
         prog='hara-ref train',
@@ -224,7 +224,7 @@ def configs_from_args(args) -> tuple:
     """Validate parsed flags and build (ExperimentConfig, TrainConfig); raises
     ValueError/FileNotFoundError before any work."""
     from hara_ref.train.experiment import ExperimentConfig
-    from hara_ref.train.rl import TrainConfig
+    from hara_ref.train.loop import TrainConfig
 
     v, dest = vars(args), lambda n: TRAIN_FLAGS['rename'].get(n, n)
     kw_ex = {f.name: v[dest(f.name)] for f in dataclasses.fields(ExperimentConfig)}

@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
-from ..train.rl import TrainConfig
+from ..train.loop import TrainConfig
 from ..train.loop import resume_point
 from ..train.loop import read_json, read_jsonl
 from ..train.experiment import ExperimentConfig, experiment_plan, run_variants, run_threads

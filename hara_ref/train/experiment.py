@@ -16,7 +16,8 @@ from ..rlvr.basics import math_reward
 from ..rlvr.countdown import Task, builtin_task
 from .policy import char_tokenizer, tiny_qwen3
 from ..hara.rollouts import field_errors
-from .rl import need_hook, needed_hooks, TrainConfig, REWEIGHTS
+from .loop import need_hook, needed_hooks, TrainConfig
+from ..hara.weights import REWEIGHTS
 from .sft import builtin_items, load_jsonl, sft, evaluate
 from .loop import train_run, resume_point, config_changes, progress_bar
 from .loop import DTYPES, load_policy, save_policy, read_json, checkpoint_problem
