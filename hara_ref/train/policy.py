@@ -29,13 +29,8 @@ def char_tokenizer(chars: str = TASK_CHARS):  # every character that gets its ow
     # each character alone
     tk.pre_tokenizer = pre_tokenizers.Split(Regex(r'[\s\S]'), behavior='isolated')
     tk.decoder = decoders.Fuse()  # join characters back without spaces
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tk,
-        pad_token='<pad>',
-        bos_token='<bos>',
-        eos_token='<eos>',
-        unk_token='<unk>',
-    )
+    names = ('pad_token', 'bos_token', 'eos_token', 'unk_token')  # the roles of SPECIAL_TOKENS
+    return PreTrainedTokenizerFast(tokenizer_object=tk, **dict(zip(names, SPECIAL_TOKENS)))
 
 # %% ../../nbs/4_train/15_policy.ipynb #a7378e9f
 def tiny_qwen3(
@@ -99,7 +94,24 @@ def _cache_of(out):
     "The KV cache in a model output."
     return out['cache'] if 'cache' in out else out['past_key_values']
 
+# %% ../../nbs/4_train/15_policy.ipynb #samp1501
+def _forward(model, ids, am, pos, cache=None) -> tuple:  # logits (B, V) of the last column, cache
+    "One forward pass that fills (or extends) the KV cache; the next-token logits of each row."
+    kw = {} if cache is None else {_cache_kw(model): cache}
+    out = model(
+        input_ids=ids, attention_mask=am, position_ids=pos, use_cache=True, logits_to_keep=1, **kw
+    )
+    return out.logits[:, -1].float(), _cache_of(out)
 
+
+def _draw(logits, temperature: float, generator) -> torch.Tensor:  # (B, V) -> (B,)
+    "One token per row from softmax(logits / temperature); the argmax at temperature 0."
+    if temperature > 0:
+        p = torch.softmax(logits / temperature, -1)  # (B, V)
+        return torch.multinomial(p, 1, generator=generator)[:, 0]
+    return logits.argmax(-1)
+
+# %% ../../nbs/4_train/15_policy.ipynb #samp1502
 @torch.no_grad()
 def sample(
     model,
@@ -112,37 +124,20 @@ def sample(
     generator: torch.Generator | None = None,  # source of randomness (seeded by the caller)
 ) -> tuple:  # response ids (B, T) and response mask (B, T), True up to and including EOS
     "Sample one response per row with a KV cache."
-    B, kw = prompt_ids.shape[0], _cache_kw(model)
     am = prompt_mask.long()  # (B, P)
-    pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P)
-    out = model(
-        input_ids=prompt_ids, attention_mask=am, position_ids=pos, use_cache=True, logits_to_keep=1
-    )
-    cache, logits, last = _cache_of(out), out.logits[:, -1].float(), pos[:, -1]  # logits: (B, V)
-    done = torch.zeros(B, dtype=torch.bool, device=prompt_ids.device)  # (B,)
+    pos = (am.cumsum(-1) - 1).clamp(min=0)  # (B, P) positions count real tokens only
+    logits, cache = _forward(model, prompt_ids, am, pos)  # (B, V): the prompts fill the cache
+    last, done = pos[:, -1], torch.zeros(len(am), dtype=torch.bool, device=am.device)  # (B,) each
     toks, alive = [], []
     for _ in range(max_new_tokens):
-        # (B,)
-        if temperature > 0:
-            nxt = torch.multinomial(
-                torch.softmax(logits / temperature, -1), 1, generator=generator
-            )[:, 0]
-        else:
-            nxt = logits.argmax(-1)  # (B,)
+        nxt = _draw(logits, temperature, generator)  # (B,)
         toks.append(torch.where(done, torch.full_like(nxt, pad_id), nxt))
         alive.append(~done)
         done = done | (nxt == eos_id)
         if done.all():
             break
         am, last = torch.cat([am, (~done).long()[:, None]], 1), last + 1  # (B, P+t)
-        out = model(
-            input_ids=toks[-1][:, None],
-            attention_mask=am,
-            position_ids=last[:, None],
-            use_cache=True,
-            **{kw: cache},
-        )
-        cache, logits = _cache_of(out), out.logits[:, -1].float()
+        logits, cache = _forward(model, toks[-1][:, None], am, last[:, None], cache)  # (B, V)
     return torch.stack(toks, 1), torch.stack(alive, 1)  # (B, T), (B, T)
 
 # %% ../../nbs/4_train/15_policy.ipynb #d42f8b27
@@ -185,27 +180,15 @@ def joined_inputs(
     return ids, am, (am.cumsum(-1) - 1).clamp(min=0)
 
 
-def _model_logits_stats(model, ids, am, pos, resp_ids, output_hidden: bool) -> tuple:
-    """Unchunked scoring from the model's own logits (B, T, V): logp (B, T), entropy (B, T), hidden
-    states."""
-    T = resp_ids.shape[1]
-    out = model(
-        input_ids=ids,
-        attention_mask=am,
-        position_ids=pos,
-        output_hidden_states=output_hidden,
-        logits_to_keep=T + 1,
-        use_cache=False,
-    )
-    # (B, T, V) column P-1+t predicts response token t
-    lsm = F.log_softmax(out.logits[:, :-1].float(), -1)
-    return (
-        lsm.gather(-1, resp_ids[..., None])[..., 0],
-        -(lsm.exp() * lsm).sum(-1),
-        out.hidden_states,
-    )
+def _model_logits_stats(model, ids, am, pos, resp_ids, want: bool) -> tuple:
+    "Unchunked: logp (B, T), entropy (B, T) from the model's own logits (B, T, V); hidden states."
+    kw = dict(attention_mask=am, position_ids=pos, output_hidden_states=want, use_cache=False)
+    out = model(input_ids=ids, logits_to_keep=resp_ids.shape[1] + 1, **kw)
+    lsm = F.log_softmax(out.logits[:, :-1].float(), -1)  # (B, T, V) column P-1+t predicts token t
+    logp, entropy = lsm.gather(-1, resp_ids[..., None])[..., 0], -(lsm.exp() * lsm).sum(-1)
+    return logp, entropy, out.hidden_states  # (B, T), (B, T)
 
-
+# %% ../../nbs/4_train/15_policy.ipynb #pf150001
 def policy_forward(
     model,
     prompt_ids,
@@ -223,15 +206,9 @@ def policy_forward(
     if chunk_tokens is None:
         logp, entropy, hs = _model_logits_stats(model, ids, am, pos, resp_ids, want)
     else:
-        out = model.get_decoder()(
-            input_ids=ids,
-            attention_mask=am,
-            position_ids=pos,
-            output_hidden_states=want,
-            use_cache=False,
-        )
-        # (B, T, d) column P-1+t predicts response token t
-        h = out.last_hidden_state[:, -T - 1 : -1]
+        kw = dict(attention_mask=am, position_ids=pos, output_hidden_states=want, use_cache=False)
+        out = model.get_decoder()(input_ids=ids, **kw)
+        h = out.last_hidden_state[:, -T - 1 : -1]  # (B, T, d) column P-1+t predicts token t
         logp, entropy = token_stats(
             h.reshape(B * T, -1), model.get_output_embeddings(), resp_ids.reshape(-1), chunk_tokens
         )
