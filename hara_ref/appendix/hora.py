@@ -243,4 +243,4 @@ def hora_rollouts(model, tokenizer, items: list, cfg, reward_fn, generator) -> t
     return pi, pm, ri, rm, [items[i]['answer'] for i in idx.tolist()], idx.to(model.device), info
 
 # %% ../../nbs/6_appendix/33_hora.ipynb #horahook
-HOOKS = dict(rollouts=hora_rollouts)  # what `rl_step` calls for allocation='hora' (chapter 17_rl)
+HOOKS = dict(rollouts=hora_rollouts)  # what `rl_step` calls for allocation='hora' (chapter 18_loop)

@@ -221,8 +221,8 @@ def hindsight_weights_chunked(
 
 # %% ../../nbs/6_appendix/34_hp_rlvr.ipynb #738390e7
 def _step_metrics(r, entropy, rm, w, A) -> dict:
-    """What a step logs: chapter 17_rl's keys, with zero credit (r = b) as the zero-std share, plus
-    weight and credit statistics."""
+    """What a step logs: chapter 18_loop's keys, with zero credit (r = b) as the zero-std share,
+    plus weight and credit statistics."""
     from hara_ref.rlvr.grpo import masked_mean
 
     ww, zero = w[rm], (A.abs().sum(1) == 0)  # (tokens,), (B,)
@@ -303,4 +303,4 @@ def hp_rlvr_step(
     }
 
 # %% ../../nbs/6_appendix/34_hp_rlvr.ipynb #hphook01
-HOOKS = dict(step=hp_rlvr_step)  # what `rl_step` calls for method='hp-rlvr' (chapter 17_rl)
+HOOKS = dict(step=hp_rlvr_step)  # what `rl_step` calls for method='hp-rlvr' (chapter 18_loop)

@@ -254,7 +254,7 @@ def configs_from_args(args) -> tuple:
 # %% ../../nbs/5_practice/27_cli.ipynb #clihook2
 def hooks_for(*cfgs) -> dict:
     """The hooks these `TrainConfig`s need: HP-RLVR's step, HORA's rollouts (`need_hook`, chapter
-    17_rl)."""
+    18_loop)."""
     from hara_ref.appendix import hora, hp_rlvr
 
     hp = any(c.method == 'hp-rlvr' for c in cfgs)

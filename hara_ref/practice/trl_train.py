@@ -25,7 +25,7 @@ TRL_LOSS = {'grpo': 'grpo', 'drgrpo': 'dr_grpo', 'dapo': 'dapo'}
 
 def hara_config_of(cfg):
     """The `HaraConfig` of a `TrainConfig`: the same knobs and optional iteration caps as chapter
-    17_rl's `credit_advantages`."""
+    18_loop's `credit_advantages`."""
     from hara_ref.practice.trl import HaraConfig
 
     cap = {} if cfg.plan_iters is None else dict(plan_kw=dict(num_iter_max=cfg.plan_iters))

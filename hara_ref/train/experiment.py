@@ -443,7 +443,7 @@ def run_variants(
     ex: ExperimentConfig,
     variants: dict,  # {variant name: TrainConfig}, each trained for every seed of `ex`
     engine=None,  # trains one run with `train_run`'s arguments (None: `train_run`, chapter 18_loop)
-    hooks: dict | None = None,  # extensions the variants need (`need_hook`, chapter 17_rl)
+    hooks: dict | None = None,  # extensions the variants need (`need_hook`, chapter 18_loop)
     cfg: TrainConfig | None = None,  # the settings config.json keeps (None: the first variant)
     progress: bool = True,
     verbose: bool = True,  # with `ex.resume`: print what happens to each run
@@ -476,7 +476,7 @@ def run_experiment(
     ex: ExperimentConfig,
     cfg: TrainConfig,
     progress: bool = True,
-    hooks: dict | None = None,  # extensions the trainer needs (`need_hook`, chapter 17_rl)
+    hooks: dict | None = None,  # extensions the trainer needs (`need_hook`, chapter 18_loop)
 ) -> dict:
     "The runs of `hara-ref train` (`experiment_variants`), complete ones left alone; {run: rows}."
     variants = experiment_variants(ex, cfg)
