@@ -13,17 +13,14 @@ os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
 from hara_ref.train.policy import (
     char_tokenizer,
     tiny_qwen3,
-    save_policy,
-    load_policy,
     encode_prompts,
     sample,
     policy_forward,
     pad_id,
 )
-from hara_ref.train.rl import TrainConfig, credit_advantages, ppo_update
-from hara_ref.train.loop import train_run
+from hara_ref.train.loop import TrainConfig, credit_advantages, ppo_update
+from hara_ref.train.loop import train_run, save_policy, load_policy, read_jsonl, load_trainer_state
 from hara_ref.train.sft import builtin_items, evaluate, sft
-from hara_ref.train.policy import read_jsonl, load_trainer_state
 from hara_ref.practice.cli import train_cli
 from hara_ref.appendix.verifier import rounding_tol
 from hara_ref.rlvr.basics import exact_match_reward
@@ -236,22 +233,24 @@ def test_sft_learns_the_format(tok):
     reason='peak_rss_mib reads ru_maxrss in KiB and sets glibc malloc',
 )
 def test_chunked_scoring_keeps_peak_memory_down_at_qwen3_vocab():
-    """Chapter 15's peak-memory probe: at Qwen3's vocabulary, scoring 4 x 64 tokens in chunks of 32
+    """Chapter 36's peak-memory probe: at Qwen3's vocabulary, scoring 4 x 64 tokens in chunks of 32
     grows the peak RSS by under half of one copy of the full (B, T, V) float32 logits (the
     unchunked call holds at least one)."""
-    from hara_ref.train.policy import peak_rss_mib
+    from hara_ref.appendix.scale import peak_rss_mib
 
     one_copy = 4 * 64 * 151_936 * 4 / 2**20  # MiB
     assert peak_rss_mib(4, 64, chunk_tokens=32) < one_copy / 2
 
 
-def test_committed_memory_table_backs_chapter_15():
-    """Chapter 15 prints its memory numbers from `results/memory.json`, and says what they show: the
+def test_committed_memory_table_backs_chapter_36():
+    """Chapter 36 prints its memory numbers from `results/memory.json`, and says what they show: the
     chunked peak stays near one chunk's few (256, V) tensors while the unchunked one grows with
     B x T (16 x 128: over 8 times the chunked peak)."""
     from pathlib import Path
 
-    mem = json.loads((Path(__file__).parent.parent / 'nbs/4_train/results/memory.json').read_text())
+    mem = json.loads(
+        (Path(__file__).parent.parent / 'nbs/6_appendix/results/memory.json').read_text()
+    )
     rows = mem['tables'][0]['rows']  # B × T, gradients, unchunked MiB, chunked MiB
     mib = lambda s: float(s.replace(',', ''))
     chunked = [mib(r[3]) for r in rows]
@@ -307,7 +306,7 @@ def test_chunked_scoring_equals_unchunked_at_qwen3_vocab(tok, chunk):
 
 def test_train_flags_come_from_the_configs():
     from hara_ref.practice.cli import train_parser
-    from hara_ref.train.rl import TrainConfig
+    from hara_ref.train.loop import TrainConfig
     from hara_ref.train.experiment import ExperimentConfig
 
     p = train_parser()

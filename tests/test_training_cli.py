@@ -10,8 +10,8 @@ import torch
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
 os.environ.setdefault('MPLBACKEND', 'Agg')
-from hara_ref.train.policy import char_tokenizer, tiny_qwen3, save_policy, load_policy
-from hara_ref.train.policy import read_jsonl
+from hara_ref.train.policy import char_tokenizer, tiny_qwen3
+from hara_ref.train.loop import save_policy, load_policy, read_jsonl
 from hara_ref.practice.cli import train_cli
 
 

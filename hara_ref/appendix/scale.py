@@ -7,7 +7,10 @@ from __future__ import annotations
 import inspect
 import json
 import math
+import os
 import platform
+import subprocess
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, replace
@@ -17,10 +20,12 @@ from ..train.experiment import torch_threads
 from .hara_engine import BARY_DEFAULTS
 from ..ot.complexity import timed
 from ..train.policy import token_stats
+from ..train.results import write_results
 
 # %% auto #0
 __all__ = ['QWEN3_SHAPES', 'DECODE_WARM', 'SCALE_CHOICES', 'qwen3_config', 'layer_flops', 'step_flops', 'time_layers',
-           'time_head', 'scale_row', 'BenchScaleConfig', 'bench_scale', 'format_scale_row', 'bench_scale_main']
+           'time_head', 'scale_row', 'BenchScaleConfig', 'bench_scale', 'format_scale_row', 'bench_scale_main',
+           'peak_rss_mib', 'memory_results']
 
 # %% ../../nbs/6_appendix/36_scale.ipynb #198e0ab7
 QWEN3_SHAPES = {  # published Qwen3 shapes (head size 128, vocabulary 151,936); 'tiny' for tests
@@ -354,3 +359,82 @@ def bench_scale_main(
         with open(c.out, 'w') as f:
             json.dump(dict(args=asdict(c), machine=platform.platform(), rows=rows), f, indent=1)
     return 0 if all(math.isfinite(r['step']) for r in rows) else 1
+
+# %% ../../nbs/6_appendix/36_scale.ipynb #51093ef4
+_PEAK_SCRIPT = r'''
+import resource, sys, torch
+from hara_ref.train.policy import char_tokenizer, tiny_qwen3, encode_prompts, policy_forward
+B, T, V = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+chunk = None if sys.argv[4] == 'none' else int(sys.argv[4])
+grad = sys.argv[5] == '1'
+torch.set_num_threads(1)
+tok = char_tokenizer()
+m = tiny_qwen3(tok, hidden_size=32, vocab_size=V)
+pi, pm = encode_prompts(tok, ['1+2='] * B)
+ri = torch.randint(0, len(tok), (B, T))
+rm = torch.ones(B, T, dtype=torch.bool)
+with torch.no_grad():  # warm-up
+    policy_forward(m, pi[:1], pm[:1], ri[:1, :2], rm[:1, :2], chunk_tokens=chunk)
+
+
+def rss():  # MiB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+before = rss()
+with torch.set_grad_enabled(grad):
+    lp = policy_forward(m, pi, pm, ri, rm, chunk_tokens=chunk)[0]
+    if grad:
+        lp.sum().backward()
+print(rss() - before)
+'''
+
+
+def peak_rss_mib(
+    B: int,  # batch
+    T: int,  # response length
+    V: int = 151_936,  # vocabulary
+    chunk_tokens: int | None = 256,
+    grad: bool = False,
+) -> float:
+    """Growth of peak RSS (MiB) of one `policy_forward` (and backward if `grad`) on a tiny Qwen3
+    with vocabulary V, in a fresh process."""
+    args = [
+        str(B),
+        str(T),
+        str(V),
+        'none' if chunk_tokens is None else str(chunk_tokens),
+        '1' if grad else '0',
+    ]
+    env = {**os.environ, 'MALLOC_MMAP_THRESHOLD_': str(128 * 1024)}  # large blocks: mmap, returned
+    r = subprocess.run(
+        [sys.executable, '-c', _PEAK_SCRIPT, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    return float(r.stdout.split()[-1])
+
+# %% ../../nbs/6_appendix/36_scale.ipynb #res15ex3
+def memory_results(
+    path,
+    shapes: tuple = ((4, 64), (16, 128)),  # (B, T) batches to score
+    V: int = 151_936,  # vocabulary (Qwen3's)
+    chunk_tokens: int = 256,
+) -> dict:
+    "Peak-RSS growth (MiB) of `policy_forward` per shape, with and without gradients and chunks."
+    rows = []
+    for B, T in shapes:
+        for grad in (False, True):
+            mib = [peak_rss_mib(B, T, V, c, grad) for c in (None, chunk_tokens)]
+            rows.append([f"{B} × {T}", 'yes' if grad else 'no', f"{mib[0]:,.0f}", f"{mib[1]:,.0f}"])
+    cols = ['B × T', 'gradients', 'unchunked MiB', f"chunked ({chunk_tokens} tokens) MiB"]
+    return write_results(
+        path,
+        {'peak RSS growth of one policy_forward call': (cols, rows)},
+        "python -c \"from hara_ref.appendix.scale import memory_results; "
+        f"memory_results('{path}')\"",
+        f"tiny Qwen3 (d = 32, 2 layers, V = {V:,}), float32, random responses",
+        '1 torch thread per process',
+    )

@@ -166,7 +166,7 @@ TRAIN_FLAGS = dict(
 def train_parser() -> argparse.ArgumentParser:
     "The flags of `hara-ref train`, generated from `ExperimentConfig` and `TrainConfig`."
     from hara_ref.train.experiment import ExperimentConfig
-    from hara_ref.train.rl import TrainConfig
+    from hara_ref.train.loop import TrainConfig
 
     p = argparse.ArgumentParser(
         prog='hara-ref train',
@@ -208,7 +208,7 @@ def _check_paths(ex):
     "The model folder is whole, the data reads, the device exists (FileNotFoundError / ValueError)."
     import torch
     from hara_ref.train.sft import load_jsonl
-    from hara_ref.train.policy import checkpoint_problem
+    from hara_ref.train.loop import checkpoint_problem
 
     if ex.model and not (Path(ex.model) / 'config.json').exists():
         raise FileNotFoundError(f"--model {ex.model!r}: no checkpoint (config.json) there")
@@ -224,7 +224,7 @@ def configs_from_args(args) -> tuple:
     """Validate parsed flags and build (ExperimentConfig, TrainConfig); raises
     ValueError/FileNotFoundError before any work."""
     from hara_ref.train.experiment import ExperimentConfig
-    from hara_ref.train.rl import TrainConfig
+    from hara_ref.train.loop import TrainConfig
 
     v, dest = vars(args), lambda n: TRAIN_FLAGS['rename'].get(n, n)
     kw_ex = {f.name: v[dest(f.name)] for f in dataclasses.fields(ExperimentConfig)}
@@ -254,7 +254,7 @@ def configs_from_args(args) -> tuple:
 # %% ../../nbs/5_practice/27_cli.ipynb #clihook2
 def hooks_for(*cfgs) -> dict:
     """The hooks these `TrainConfig`s need: HP-RLVR's step, HORA's rollouts (`need_hook`, chapter
-    17_rl)."""
+    18_loop)."""
     from hara_ref.appendix import hora, hp_rlvr
 
     hp = any(c.method == 'hp-rlvr' for c in cfgs)

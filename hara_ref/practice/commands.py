@@ -25,7 +25,7 @@ from hara_ref.practice.cli import (
     train_parser,
 )
 from .study import StudyConfig, study_cells, study_plan, run_study
-from ..train.policy import write_results
+from ..train.results import write_results
 from ..train.experiment import torch_threads
 from ..appendix.scale import SCALE_CHOICES, BenchScaleConfig, bench_scale_main
 from hara_ref.appendix.bench import (

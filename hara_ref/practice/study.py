@@ -9,9 +9,9 @@ import os
 import time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
-from ..train.rl import TrainConfig
+from ..train.loop import TrainConfig
 from ..train.loop import resume_point
-from ..train.policy import read_json, read_jsonl
+from ..train.loop import read_json, read_jsonl
 from ..train.experiment import ExperimentConfig, experiment_plan, run_variants, run_threads
 
 # %% auto #0
@@ -29,7 +29,7 @@ def pilot_results(
 ) -> dict:
     """The pilot table: per learning rate and step, seed 0 / seed 1 (/ ...) of pass@1, pass@4,
     pass@k, strategies and the mean entropy of the 10 training steps up to it; `write_results`."""
-    from hara_ref.train.policy import write_results
+    from hara_ref.train.results import write_results
 
     def at(rows, step, key):  # the metric of the evaluation at `step`
         e = next(x for x in rows if x['kind'] == 'eval' and x['step'] == step)

@@ -25,7 +25,7 @@ TRL_LOSS = {'grpo': 'grpo', 'drgrpo': 'dr_grpo', 'dapo': 'dapo'}
 
 def hara_config_of(cfg):
     """The `HaraConfig` of a `TrainConfig`: the same knobs and optional iteration caps as chapter
-    17_rl's `credit_advantages`."""
+    18_loop's `credit_advantages`."""
     from hara_ref.practice.trl import HaraConfig
 
     cap = {} if cfg.plan_iters is None else dict(plan_kw=dict(num_iter_max=cfg.plan_iters))
@@ -124,7 +124,7 @@ def metrics_callback(run_dir, tag: dict, k: int, eval_fn, eval_every: int, bar=N
     """A `TrainerCallback` writing our `metrics.jsonl` rows: one 'train' row per RL step (k
     optimizer steps), 'eval' rows every `eval_every`."""
     from transformers import TrainerCallback
-    from hara_ref.train.policy import append_jsonl
+    from hara_ref.train.loop import append_jsonl
 
     class Rows(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
@@ -185,10 +185,8 @@ def train_run_trl(
     """One seeded run of `HaraGRPOTrainer` from `init_path`, written like
     `hara_ref.train.loop.train_run` (metrics.jsonl, final/); an engine of `run_variants`."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from hara_ref.train.policy import load_policy, save_policy
+    from hara_ref.train.loop import append_jsonl, load_policy, progress_bar, read_jsonl, save_policy
     from hara_ref.train.sft import evaluate
-    from hara_ref.train.loop import progress_bar
-    from hara_ref.train.policy import append_jsonl, read_jsonl
     from hara_ref.practice.trl import HaraGRPOTrainer
 
     run_dir = Path(run_dir)
@@ -295,7 +293,8 @@ def timing_results(
     threads: str,  # the thread layout of each engine
 ) -> dict:
     "Seconds per RL step and HARA's share of the HARA-tok step per engine; `write_results`."
-    from hara_ref.train.policy import read_json, write_results
+    from hara_ref.train.loop import read_json
+    from hara_ref.train.results import write_results
 
     rows = []
     for label, d in runs.items():

@@ -14,20 +14,14 @@ import torch
 from ..rlvr.data import is_heldout
 from ..rlvr.basics import math_reward
 from ..rlvr.countdown import Task, builtin_task
-from hara_ref.train.policy import (
-    DTYPES,
-    char_tokenizer,
-    tiny_qwen3,
-    load_policy,
-    save_policy,
-    read_json,
-    checkpoint_problem,
-)
+from .policy import char_tokenizer, tiny_qwen3
 from ..appendix.checks import field_errors
-from .rl import need_hook, needed_hooks, TrainConfig, REWEIGHTS
+from .loop import need_hook, needed_hooks, TrainConfig
+from ..appendix.hara_engine import REWEIGHTS
 from .sft import builtin_items, load_jsonl, sft, evaluate
 from .loop import train_run, resume_point, config_changes, progress_bar
-from .policy import read_jsonl, load_trainer_state
+from .loop import DTYPES, load_policy, save_policy, read_json, checkpoint_problem
+from .loop import read_jsonl, load_trainer_state
 
 # %% auto #0
 __all__ = ['EXPERIMENT_RANGES', 'ExperimentConfig', 'experiment_errors', 'variant_name', 'torch_threads', 'no_progress_bars',
@@ -449,7 +443,7 @@ def run_variants(
     ex: ExperimentConfig,
     variants: dict,  # {variant name: TrainConfig}, each trained for every seed of `ex`
     engine=None,  # trains one run with `train_run`'s arguments (None: `train_run`, chapter 18_loop)
-    hooks: dict | None = None,  # extensions the variants need (`need_hook`, chapter 17_rl)
+    hooks: dict | None = None,  # extensions the variants need (`need_hook`, chapter 18_loop)
     cfg: TrainConfig | None = None,  # the settings config.json keeps (None: the first variant)
     progress: bool = True,
     verbose: bool = True,  # with `ex.resume`: print what happens to each run
@@ -482,7 +476,7 @@ def run_experiment(
     ex: ExperimentConfig,
     cfg: TrainConfig,
     progress: bool = True,
-    hooks: dict | None = None,  # extensions the trainer needs (`need_hook`, chapter 17_rl)
+    hooks: dict | None = None,  # extensions the trainer needs (`need_hook`, chapter 18_loop)
 ) -> dict:
     "The runs of `hara-ref train` (`experiment_variants`), complete ones left alone; {run: rows}."
     variants = experiment_variants(ex, cfg)

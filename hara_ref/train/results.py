@@ -5,12 +5,89 @@
 # %% ../../nbs/4_train/20_results.ipynb #res00004
 from __future__ import annotations
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 import torch
 
 # %% auto #0
-__all__ = ['by_variant', 'plot_runs', 'summarize', 'paired_lines', 'finish_experiment', 'train_results']
+__all__ = ['code_version', 'write_results', 'show_results', 'by_variant', 'plot_runs', 'summarize', 'paired_lines',
+           'finish_experiment', 'train_results']
+
+# %% ../../nbs/4_train/20_results.ipynb #res15ex1
+def code_version() -> str:
+    "The git commit of the package's checkout (short hash, '+' if it has changes), or 'unknown'."
+    run = lambda *a: subprocess.run(
+        ['git', *a], cwd=Path(globals().get('__file__', '.')).parent, capture_output=True, text=True
+    )
+    try:
+        head = run('rev-parse', '--short', 'HEAD')
+        dirty = run('status', '--porcelain', '--untracked-files=no').stdout.strip()
+    except OSError:
+        return 'unknown'
+    return head.stdout.strip() + ('+' if dirty else '') if head.returncode == 0 else 'unknown'
+
+
+def write_results(
+    path,
+    tables: dict,  # {title: (column names, rows)}, each row a list of cells
+    command: str,  # how to measure it again
+    data: str,  # what was measured: task, model, sizes, seeds
+    threads: str,  # e.g. '2 workers x 1 thread'
+    values: dict | None = None,  # {name: number or text} beside the tables
+    measured_on: str | None = None,  # default: today and `code_version()`
+    stale: bool = False,  # True: numbers from an earlier code version, to be measured again
+    machine: str | None = None,  # default: this machine's platform and CPU count
+) -> dict:
+    "Save measured tables with their provenance as JSON at `path`; returns what it saved."
+    import datetime
+    import platform
+
+    for title, (cols, rows) in tables.items():
+        for i, row in enumerate(rows):
+            if len(row) != len(cols):
+                raise ValueError(
+                    f"tables[{title!r}] row {i} has {len(row)} cells for {len(cols)} columns"
+                )
+    today = datetime.date.today().isoformat()
+    res = dict(
+        command=command,
+        measured_on=measured_on or f"{today}, code {code_version()}",
+        machine=machine or f"{platform.platform()}, {os.cpu_count()} CPUs",
+        threads=threads,
+        data=data,
+        stale=bool(stale),
+        tables=[
+            dict(title=t, columns=list(c), rows=[list(r) for r in rs])
+            for t, (c, rs) in tables.items()
+        ],
+        values=dict(values or {}),
+    )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(res, indent=1, ensure_ascii=False) + '\n')
+    return res
+
+# %% ../../nbs/4_train/20_results.ipynb #res15ex2
+def show_results(path) -> dict:
+    "Print a results file of `write_results`: its tables, values, and how they were measured."
+    res = json.loads(Path(path).read_text(encoding='utf-8'))
+    for t in res['tables']:
+        print(f"{t['title']}\n")
+        print('| ' + ' | '.join(map(str, t['columns'])) + ' |')
+        print('|' + '---|' * len(t['columns']))
+        for row in t['rows']:
+            print('| ' + ' | '.join(map(str, row)) + ' |')
+        print()
+    for k, v in res['values'].items():
+        print(f"{k}: {v}")
+    print(f"measured {res['measured_on']} on {res['machine']}, {res['threads']}")
+    print(f"data: {res['data']}")
+    print(f"command: {res['command']}")
+    if res['stale']:
+        print(f"STALE: these numbers are from an earlier code version ({res['measured_on']});")
+        print("rerun the command above on an idle machine to measure this code")
+    return res
 
 # %% ../../nbs/4_train/20_results.ipynb #fd7d87f4
 def by_variant(runs: dict) -> dict:
@@ -169,7 +246,7 @@ def train_results(
     threads: str,  # e.g. '2 workers x 1 thread'
 ) -> dict:
     "The summary table and paired differences of a `hara-ref train` run, saved by `write_results`."
-    from hara_ref.train.policy import read_json, write_results
+    from hara_ref.train.loop import read_json
 
     s = read_json(Path(run_dir) / 'summary.json', 'run the command again')
     f = lambda p, d=3: f"{p[0]:.{d}f} ± {p[1]:.{d}f}" if p else ''
