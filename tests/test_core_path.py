@@ -74,3 +74,20 @@ def test_the_check_counts_chapters(tmp_path):
     nbs = _book(tmp_path, {f'1/{i:02d}_x.ipynb': (f'm{i}', '') for i in range(13)})
     (nbs / 'core_path.txt').write_text(''.join(f'1/{i:02d}_x.ipynb\n' for i in range(13)))
     assert tool['problems'](nbs) == ['the core path has 13 chapters, more than 12']
+
+
+def test_the_lessons_load_no_engine():
+    "Importing every core chapter's module loads no module of the appendix or the practice part."
+    import subprocess
+    import sys
+
+    nbs, modules = ROOT / 'nbs', tool['exporters'](ROOT / 'nbs')
+    lessons = sorted(m for m, nb in modules.items() if nb in tool['route'](nbs))
+    assert len(lessons) == len(tool['route'](nbs))
+    code = (
+        f'import sys\nfor m in {lessons!r}: __import__(m)\n'
+        "print(sorted(m for m in sys.modules if m.startswith(('hara_ref.appendix', "
+        "'hara_ref.practice', 'hara_ref.testing'))))"
+    )
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == '[]'
