@@ -28,7 +28,7 @@ train: install
 test: install
 	PATH="$(abspath $(BIN)):$$PATH" bash tools/check_sync.sh
 	# the core chapters' committed outputs come from the committed code and are clean (nothing is run)
-	$(BIN)/python tools/pages.py check
+	$(BIN)/python tools/pages.py check --strict
 	# code reads on the rendered page: lines of at most 100 characters, one statement per line
 	$(BIN)/ruff check nbs hara_ref tests tools examples
 	$(BIN)/ruff format --check nbs tests tools examples
@@ -59,7 +59,7 @@ docs: install
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python tools/docs.py
 
 docs-check: install
-	$(BIN)/python tools/pages.py check
+	$(BIN)/python tools/pages.py check --strict
 	@[ -f _docs/index.html ] || $(MAKE) docs
 	# the core chapters' built pages: no stderr, warning, progress bar or traceback in their outputs
 	$(BIN)/python tools/pages.py check --site _docs
