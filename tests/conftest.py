@@ -66,3 +66,14 @@ def tiny_flags():
         return out
 
     return flags
+
+
+@pytest.fixture
+def one_thread():
+    "One torch thread for the test (the solvers' tests compare answers, not speed)."
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

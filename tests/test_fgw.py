@@ -24,12 +24,7 @@ from hara_ref.rlvr.data import planted_stage_rollouts
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_thread')  # tests/conftest.py
 
 
 def instance(seed, n, m):

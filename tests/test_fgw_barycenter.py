@@ -19,12 +19,7 @@ from hara_ref.rlvr.data import planted_stage_rollouts
 from hara_ref.appendix.barycenter_checks import checked_fgw_barycenter
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_thread')  # tests/conftest.py
 
 
 def graphs(seed, K=4, N=6):

@@ -14,12 +14,7 @@ from hara_ref.appendix.stage_recovery import (
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_thread')  # tests/conftest.py
 
 
 def test_stage_mapping_and_recovery():

@@ -205,14 +205,14 @@ def span_ids(
 def base_or_given(
     rewards: torch.Tensor,  # (B,) rewards (checked)
     group_ids: torch.Tensor,  # (B,) long prompt ids (checked)
-    base: str = 'grpo',  # 'grpo' | 'drgrpo' | 'dapo' (hara_ref.appendix.conventions.base_advantages)
+    base: str = 'grpo',  # 'grpo' | 'drgrpo' | 'dapo' (appendix.conventions.base_advantages)
     # (B,) precomputed base advantages from the user's trainer
     advantages: torch.Tensor | None = None,
     # of the advantages returned (the hidden states'); None: the rewards' if floating point
     dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """The base advantages A_i (B,) in `dtype`: given ones (checked), or
-    `hara_ref.appendix.conventions.base_advantages` unchanged, from the rewards in their own dtype."""
+    `appendix.conventions.base_advantages` unchanged, from the rewards in their own dtype."""
     if dtype is None:
         dtype = rewards.dtype if rewards.is_floating_point() else torch.get_default_dtype()
     if advantages is None:  # widened to `dtype` if that is wider, never narrowed before

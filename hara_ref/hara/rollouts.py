@@ -126,11 +126,13 @@ def weiszfeld_step(
     P: torch.Tensor,  # (N, K, D) points
     here: torch.Tensor,  # (N, K) bool, present
     ybar: torch.Tensor,  # (N, D) current iterate ȳ
+    radius: torch.Tensor | None = None,  # (N,) members this near ȳ count as at ȳ (None: 0)
 ) -> torch.Tensor:
     "One Weiszfeld step, with Vardi and Zhang's rule for the members at ȳ; (N, D)."
     diff = P - ybar[:, None]  # (N, K, D) y_k - ȳ
     dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
-    tiny, at = torch.finfo(P.dtype).tiny, here & (dist == 0)  # (N, K) members at ȳ
+    near = 0.0 if radius is None else radius[:, None]  # (N, 1)
+    tiny, at = torch.finfo(P.dtype).tiny, here & (dist <= near)  # (N, K) members at ȳ
     inv = (here & ~at) / dist.clamp_min(tiny)  # (N, K) Weiszfeld weights 1/‖y_k - ȳ‖
     pull = (inv[..., None] * diff).sum(1)  # (N, D) pull(ȳ) = Σ_k (y_k - ȳ)/‖y_k - ȳ‖
     # W(ȳ) = ȳ + pull(ȳ) / Σ_k 1/‖y_k - ȳ‖
@@ -162,30 +164,6 @@ def weiszfeld_median(
         active, it = active & (step > thr), it + 1
     left = int(active.sum())
     return ybar, dict(converged=left == 0, n_iter=it, unconverged=left, nodes=len(n))
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #b8ba8391
-def _weiszfeld_step(
-    P: torch.Tensor,  # (N, K, D) points
-    here: torch.Tensor,  # (N, K) bool, present
-    ybar: torch.Tensor,  # (N, D) current iterate ȳ
-    # (N,) members within this distance of ȳ count as sitting at ȳ (None: only those at ȳ)
-    radius: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """One Weiszfeld step, with Vardi and Zhang's rule for the members at ȳ (or within `radius`);
-    (N, D)."""
-    diff = P - ybar[:, None]  # (N, K, D) y_k - ȳ
-    dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
-    near = torch.zeros_like(dist[:, :1]) if radius is None else radius[:, None]  # (N, 1)
-    tiny, at = torch.finfo(P.dtype).tiny, here & (dist <= near)  # (N, K) members at ȳ
-    inv = (here & ~at) / dist.clamp_min(tiny)  # (N, K) Weiszfeld weights 1/‖y_k - ȳ‖
-    pull = (inv[..., None] * diff).sum(1)  # (N, D) pull(ȳ) = Σ_k (y_k - ȳ)/‖y_k - ȳ‖
-    # W(ȳ) = Σ_k y_k/‖y_k - ȳ‖ / Σ_k 1/‖y_k - ȳ‖ = ȳ + pull(ȳ) / Σ_k 1/‖y_k - ȳ‖
-    W = ybar + pull / inv.sum(-1, keepdim=True).clamp_min(tiny)  # (N, D)
-    # Vardi-Zhang: ȳ' = (1 - stay) W + stay ȳ, stay = min(1, mult/‖pull‖), mult = members at ȳ
-    # (0 off the data); stay = 1 (ȳ stays) is Kuhn's test ‖pull(ȳ)‖ <= mult
-    r = torch.linalg.vector_norm(pull, dim=-1, keepdim=True)  # (N, 1)
-    stay = (at.sum(-1, keepdim=True) / r.clamp_min(tiny)).clamp(max=1)  # (N, 1)
-    return (1 - stay) * W + stay * ybar  # (N, D)
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #7011c717
 def _newton_step(
@@ -259,12 +237,12 @@ def geometric_median(
     while active.any() and it < max_iter:
         i = active.nonzero().flatten()  # (N',)
         Pi, hi, yi = P[i], here[i], ybar[i]  # (N', K, D), (N', K), (N', D)
-        new, p = _weiszfeld_step(Pi, hi, yi), _nearest_point(Pi, hi, yi)  # (N', D) each
+        new, p = weiszfeld_step(Pi, hi, yi), _nearest_point(Pi, hi, yi)  # (N', D) each
         nt = _newton_step(Pi, hi, yi) - yi  # (N', D) Newton's step (nan on a data point)
         # Newton's step, damped (step length gamma); from the nearest point p, Vardi-Zhang's step,
         # p's cluster merged
         cands = [yi + gamma * nt for gamma in (1, 1 / 2, 1 / 4, 1 / 8)]
-        cands += [_weiszfeld_step(Pi, hi, p, r[i]) for r in radii]
+        cands += [weiszfeld_step(Pi, hi, p, r[i]) for r in radii]
         for c in cands:  # the lowest f (a nan candidate compares False)
             new = torch.where((_f_diff(Pi, hi, c, new) < 0)[:, None], c, new)  # (N', D)
         active[i] = torch.linalg.vector_norm(new - yi, dim=-1) > thr[i]
