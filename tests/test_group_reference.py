@@ -1,6 +1,6 @@
-"""The geometric group reference (chapters 11_rollouts, 12_novelty): HARA's advantages do not change
-under rotations of the hidden space; exact cases; agreement with a brute-force minimisation;
-caps."""
+"""The geometric group reference (chapters 11_rollouts, 12_novelty, 38_hara_engine, 42_checks):
+HARA's advantages do not change under rotations of the hidden space; exact cases; agreement with a
+brute-force minimisation; caps."""
 
 import warnings
 from pathlib import Path

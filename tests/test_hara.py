@@ -1,5 +1,5 @@
 """Property, cross-check and bad-input tests for HARA's novelty and weights (chapters 12_novelty,
-13_hara) and the baselines (14_baselines)."""
+13_hara, 38_hara_engine) and the baselines (14_baselines)."""
 
 import math
 import re
@@ -665,7 +665,7 @@ def worked_example(K=16):
 
 
 def test_shear_shrinks_every_advantage_on_the_worked_example():
-    """What chapter 13 says of SHEAR on its worked example: its weight is the span distance itself,
+    """What chapter 14 says of SHEAR on the worked example: its weight is the span distance itself,
     below 1 on every token (every advantage shrinks), largest in a rollout with the novel stage."""
     hidden, mask, rewards, _ = worked_example()
     _, rs = shear_advantages(hidden, mask, rewards, torch.zeros(16, dtype=torch.long))
@@ -675,7 +675,7 @@ def test_shear_shrinks_every_advantage_on_the_worked_example():
 
 
 def test_worked_example_weights_stay_near_one_off_the_novel_stages():
-    """Chapter 13's worked example, per token: the 14 rollouts without a novel stage stay within
+    """Chapter 38's worked example, per token: the 14 rollouts without a novel stage stay within
     0.15 of 1; rollouts 2 and 11 get the clip on their novel stage."""
     hidden, mask, rewards, stages = worked_example()
     _, rw = hara_advantages(hidden, mask, rewards, torch.zeros(16, dtype=torch.long))

@@ -1,5 +1,5 @@
 """Novelty relative to the group, converged defaults, notes and warnings on caps, and bad input in
-the oracle path (chapters 11_rollouts, 12_novelty, 13_hara)."""
+the oracle path (chapters 11_rollouts, 12_novelty, 13_hara, 38_hara_engine, 42_checks)."""
 
 import warnings
 import numpy as np

@@ -259,8 +259,8 @@ def test_committed_memory_table_backs_chapter_36():
     assert big and all(mib(r[2]) > 8 * mib(r[3]) for r in big)
 
 
-def test_hara_share_in_train_results_is_what_17_and_the_front_page_read():
-    "Chapter 17 and the front page read HARA's share of a step from `results/train.json`."
+def test_hara_share_in_train_results_is_what_18_and_the_front_page_read():
+    "Chapter 18 and the front page read HARA's share of a step from `results/train.json`."
     from pathlib import Path
 
     root = Path(__file__).parent.parent

@@ -75,7 +75,7 @@ class ExperimentConfig:
         _fill_defaults(self)
 
 
-# the numeric fields' ranges: `check_scalar`'s keywords (chapter 11_rollouts); None: a default
+# the numeric fields' ranges: `check_scalar`'s keywords (chapter 42_checks); None: a default
 EXPERIMENT_RANGES = {
     **dict.fromkeys(('workers', 'threads', 'sft_batch', 'n_layers'), dict(lo=1, integer=True)),
     'max_value': dict(lo=1, integer=True),

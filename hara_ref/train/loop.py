@@ -65,7 +65,7 @@ class TrainConfig:
     max_prompt_len: int = 512
     overlong_cache: int = 8  # DAPO soft overlong punishment: length of the ramp
     alpha: float = 0.25  # HARA: FGW trade-off (0: W only, 1: GW only)
-    # HARA novelty metric: 'fgw' | 'w' | 'gw' | 'embed' (chapter 12_novelty)
+    # HARA novelty metric: 'fgw' | 'w' | 'gw' | 'embed' (chapter 38_hara_engine)
     metric: str = 'fgw'
     # HARA: 'linearized' (chapter 31_barycenters) | 'exact' (chapter 32_exact)
     barycenter: str = 'linearized'
@@ -98,7 +98,7 @@ class TrainConfig:
 _COUNTS = ('prompts_per_step', 'ppo_epochs', 'minibatches', 'eval_every', 'eval_prompts')
 _COUNTS += ('eval_samples', 'save_every', 'max_new_tokens', 'max_prompt_len', 'overlong_cache')
 _COUNTS += ('L_b', 'bary_iters', 'plan_iters')
-# the numeric knobs' ranges: `check_scalar`'s keywords (chapter 11_rollouts)
+# the numeric knobs' ranges, checked by `field_errors` (chapter 42_checks)
 TRAIN_RANGES = {
     **dict.fromkeys(_COUNTS, dict(lo=1, integer=True)),
     'steps': dict(lo=0, integer=True),
