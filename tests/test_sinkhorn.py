@@ -13,13 +13,7 @@ from hara_ref.ot.entropic import sinkhorn_naive
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    "Tiny tensors on a shared 2-core machine: one torch thread is fastest; restore afterwards."
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures('one_thread')  # tests/conftest.py
 
 
 def problem(seed, B, n, m, dtype=torch.float64, scale=1.0):
