@@ -20,7 +20,9 @@ from hara_ref.appendix.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 # the same random problems; one torch thread (autouse fixture)
-from test_sinkhorn import problem, ragged_problem, one_thread  # noqa: F401 (autouse fixture)
+from test_sinkhorn import problem, ragged_problem
+
+pytestmark = pytest.mark.usefixtures('one_thread')  # tests/conftest.py
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

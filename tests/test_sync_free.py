@@ -26,7 +26,9 @@ from hara_ref.appendix.sinkhorn import sinkhorn_log, _setup, _iterate
 from hara_ref.appendix.bench import bench_batch, small_batch
 from hara_ref.appendix.hara_engine import hara_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
-from test_sinkhorn import problem, one_thread  # noqa: F401 (autouse fixture)
+from test_sinkhorn import problem
+
+pytestmark = pytest.mark.usefixtures('one_thread')  # tests/conftest.py
 
 # reads outside the loop: input checks, the groups read once, the final plans, the report
 SETUP = 25
