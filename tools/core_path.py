@@ -56,24 +56,49 @@ def _owner(dotted: str, modules: dict):
     return None
 
 
+def python_source(src: str) -> str:
+    "A code cell's source as Python: IPython magics and shell lines commented out."
+    return '\n'.join('#' + l if l.lstrip().startswith(('%', '!')) else l for l in src.split('\n'))
+
+
+def imported_modules(src: str, module: str = None, is_pkg: bool = False) -> set:
+    """Names of the hara_ref modules `src` imports: `import hara_ref.x`, `from hara_ref.x import
+    y` (y too when it is a module), and, in module `module`, relative imports `from ..x import y`.
+    Every package on the way is imported as well (its __init__ runs)."""
+    try:
+        tree = ast.parse(python_source(src))
+    except SyntaxError:
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if module is None:
+                    continue
+                parts = module.split('.') if is_pkg else module.split('.')[:-1]
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = '.'.join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ''
+            found.add(base)
+            found |= {f'{base}.{a.name}' for a in node.names}
+    mods = set()
+    for name in found:
+        if name == 'hara_ref' or name.startswith('hara_ref.'):
+            parts = name.split('.')
+            mods |= {'.'.join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return mods
+
+
 def used_modules(path: Path, modules: dict) -> set:
     "The exported `hara_ref` modules a notebook's code cells use."
     own = next((m for m, nb in modules.items() if path.as_posix().endswith(nb)), 'hara_ref.x')
     used = set()
     for src in code_cells(path):
-        code = '\n'.join(x for x in src.splitlines() if not x.lstrip().startswith(('#|', '%', '!')))
-        names = DOTTED.findall(code)  # imports and module paths in strings alike
-        try:
-            tree = ast.parse(code)
-        except SyntaxError:
-            tree = ast.Module(body=[], type_ignores=[])
-        for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level:
-                base = own.split('.')[: -node.level]
-                mod = '.'.join(base + ([node.module] if node.module else []))
-                names += [mod] + [f'{mod}.{a.name}' for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module:
-                names += [f'{node.module}.{a.name}' for a in node.names]
+        # imports (relative ones in the chapter's own module), and module paths in strings
+        names = imported_modules(src, own) | set(DOTTED.findall(python_source(src)))
         used |= {m for m in (_owner(n, modules) for n in names) if m}
     return used
 

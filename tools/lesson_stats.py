@@ -15,6 +15,8 @@ import re
 import sys
 from pathlib import Path
 
+from core_path import route
+
 SHOWS = re.compile(r'\b(print|display|show_results|Markdown)\(|\bplt\.|\bax\w*\.|\.plot\(')
 FIGURE = re.compile(r'plt\.show\(|plt\.subplots\(|plt\.figure\(')
 
@@ -56,7 +58,7 @@ def stats(path: Path) -> dict:
 def main(root='nbs'):
     head = ('chapter', 'visible lines', 'longest cell', 'cells showing', 'figures')
     print('| ' + ' | '.join(head) + ' |\n|' + '---|' * len(head))
-    for ch in Path(root, 'core_path.txt').read_text().split():
+    for ch in route(Path(root)):
         s = stats(Path(root) / ch)
         print(
             f"| {Path(ch).stem} | {s['visible_lines']} | {s['longest_cell']} | "

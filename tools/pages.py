@@ -38,11 +38,13 @@ import sys
 import time
 from pathlib import Path
 
+from core_path import imported_modules, route
+from core_path import python_source as _python
+
 ROOT = Path(__file__).resolve().parent.parent
 META = 'hara_ref_pages'  # notebook metadata key (in settings.ini's allowed_metadata_keys)
 MARKER = '# shows a warning on purpose'
 DPI = 80  # figures as PNG at this resolution: readable, small in git
-PKG = 'hara_ref'
 
 UNCLEAN = [
     (re.compile(r'\b\w*Warning:|warnings\.warn'), 'a Python warning'),
@@ -61,8 +63,7 @@ STALE = 'outputs no longer come from the committed code: run make pages'
 # ---------------------------------------------------------------- which notebooks
 def core_notebooks(root: Path = ROOT) -> list:
     "The core reading path: nbs/core_path.txt, one notebook a line (relative to nbs/)."
-    lines = (root / 'nbs' / 'core_path.txt').read_text().splitlines()
-    return [root / 'nbs' / l.strip() for l in lines if l.strip() and not l.startswith('#')]
+    return [root / 'nbs' / nb for nb in route(root / 'nbs')]
 
 
 def all_notebooks(root: Path = ROOT) -> list:
@@ -78,11 +79,6 @@ def _text(v) -> str:
     return ''.join(v) if isinstance(v, list) else (v or '')
 
 
-def _python(src: str) -> str:
-    "Cell source as Python: IPython magics and shell lines commented out."
-    return '\n'.join('#' + l if l.lstrip().startswith(('%', '!')) else l for l in src.split('\n'))
-
-
 def module_file(name: str, root: Path = ROOT):
     "The file of module `name` (`hara_ref.a.b`) under `root`, or None."
     base = root.joinpath(*name.split('.'))
@@ -90,37 +86,6 @@ def module_file(name: str, root: Path = ROOT):
         if f.is_file():
             return f
     return None
-
-
-def imported_modules(src: str, module: str = None, is_pkg: bool = False) -> set:
-    """Names of the hara_ref modules `src` imports: `import hara_ref.x`, `from hara_ref.x import
-    y` (y too when it is a module), and, in module `module`, relative imports `from ..x import y`.
-    Every package on the way is imported as well (its __init__ runs)."""
-    try:
-        tree = ast.parse(_python(src))
-    except SyntaxError:
-        return set()
-    found = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                if module is None:
-                    continue
-                parts = module.split('.') if is_pkg else module.split('.')[:-1]
-                parts = parts[: len(parts) - (node.level - 1)]
-                base = '.'.join(parts + ([node.module] if node.module else []))
-            else:
-                base = node.module or ''
-            found.add(base)
-            found |= {f'{base}.{a.name}' for a in node.names}
-    mods = set()
-    for name in found:
-        if name == PKG or name.startswith(PKG + '.'):
-            parts = name.split('.')
-            mods |= {'.'.join(parts[:i]) for i in range(1, len(parts) + 1)}
-    return mods
 
 
 def module_closure(sources, root: Path = ROOT) -> list:
@@ -145,10 +110,10 @@ def code_sources(nb: dict) -> list:
 def nb_hash(nb: dict, root: Path = ROOT) -> str:
     """sha256 over the notebook's code-cell sources and the text of every hara_ref module they
     import (transitively), each module with its path."""
-    h = hashlib.sha256()
-    for s in code_sources(nb):
+    h, sources = hashlib.sha256(), code_sources(nb)
+    for s in sources:
         h.update(b'cell\0' + s.encode() + b'\0')
-    for f in module_closure(code_sources(nb), root):
+    for f in module_closure(sources, root):
         h.update(b'module\0' + f.relative_to(root).as_posix().encode() + b'\0')
         h.update(f.read_bytes() + b'\0')
     return h.hexdigest()
