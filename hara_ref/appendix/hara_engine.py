@@ -48,7 +48,7 @@ from hara_ref.hara.baselines import (
 
 # %% auto #0
 __all__ = ['BARY_DEFAULTS', 'PLAN_DEFAULTS', 'MEDIAN_DEFAULTS', 'REWEIGHTS', 'Novelty', 'stage_novelty', 'hara_novelty',
-           'hara_advantages', 'checked_hara_weights', 'reweight_advantages', 'needs_hidden']
+           'weight_options', 'checked_hara_weights', 'hara_advantages', 'reweight_advantages', 'needs_hidden']
 
 # %% ../../nbs/6_appendix/38_hara_engine.ipynb #ac590db0
 @dataclass
@@ -541,6 +541,26 @@ def hara_novelty(
     )
     return _in_dtype(nov, dtype)  # the record in the input's dtype
 
+# %% ../../nbs/6_appendix/38_hara_engine.ipynb #chkw0cd1
+def weight_options(kappa, w_min, w_max) -> tuple:
+    "(κ, w_min, w_max) as floats, or an error naming the one out of its range."
+    kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)
+    return kappa, w_min, check_scalar('w_max', w_max, 1)
+
+
+def checked_hara_weights(
+    x: torch.Tensor,  # (B, T) or (B,) relative novelty
+    A: torch.Tensor,  # (B,) base advantages
+    active: torch.Tensor | None = None,  # (B,) bool, rollouts whose weights may differ from 1
+    kappa: float = 1.0,  # κ >= 0
+    w_min: float = 0.5,  # in [0, 1]
+    w_max: float = 2.0,  # >= 1
+) -> torch.Tensor:
+    "`hara_weights` (chapter 13) after checking its options; shape of x."
+    kappa, w_min, w_max = weight_options(kappa, w_min, w_max)
+    active = None if active is None else check_binary('active', active).to(A.device)  # (B,)
+    return hara_weights(x, A, active, kappa, w_min, w_max)
+
 # %% ../../nbs/6_appendix/38_hara_engine.ipynb #c2ecf4f5
 def hara_advantages(
     hidden: torch.Tensor,  # (B, T, d) hidden states of the response tokens (one chosen layer)
@@ -571,8 +591,7 @@ def hara_advantages(
     gradient, and the advantages returned hold no graph."""
     if granularity not in ('seq', 'tok', 'span'):
         raise ValueError(f"granularity must be 'seq', 'tok' or 'span', got {granularity!r}")
-    kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)  # first
-    w_max = check_scalar('w_max', w_max, 1)
+    kappa, w_min, w_max = weight_options(kappa, w_min, w_max)  # first
     given = [k for k, v in dict(span_len=span_len, boundaries=boundaries).items() if v is not None]
     if given and granularity != 'span':  # an option is used or refused, never ignored
         raise ValueError(f"{given[0]} applies only to granularity='span', got {granularity!r}")
@@ -618,21 +637,6 @@ def hara_advantages(
     return apply_weights(A, w_tok, mask), Reweighting(
         name, A, w_tok, x_tok, nov, None, notes + nov.notes
     )
-
-# %% ../../nbs/6_appendix/38_hara_engine.ipynb #chkw0cd1
-def checked_hara_weights(
-    x: torch.Tensor,  # (B, T) or (B,) relative novelty
-    A: torch.Tensor,  # (B,) base advantages
-    active: torch.Tensor | None = None,  # (B,) bool, rollouts whose weights may differ from 1
-    kappa: float = 1.0,  # κ >= 0
-    w_min: float = 0.5,  # in [0, 1]
-    w_max: float = 2.0,  # >= 1
-) -> torch.Tensor:
-    "`hara_weights` (chapter 13) after checking its options; shape of x."
-    kappa, w_min = check_scalar('kappa', kappa, 0), check_scalar('w_min', w_min, 0, 1)
-    w_max = check_scalar('w_max', w_max, 1)
-    active = None if active is None else check_binary('active', active).to(A.device)  # (B,)
-    return hara_weights(x, A, active, kappa, w_min, w_max)
 
 # %% ../../nbs/6_appendix/38_hara_engine.ipynb #7f6dd809
 def reweight_advantages(
