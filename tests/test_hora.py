@@ -26,8 +26,8 @@ from hara_ref.appendix.hora import (
 from hara_ref.practice.commands import hora_variants, compare_hora_cli
 import numpy as np
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
-from hara_ref.train.loop import TrainConfig
-from hara_ref.train.loop import read_jsonl
+from hara_ref.appendix.loop import TrainConfig
+from hara_ref.appendix.loop import read_jsonl
 from hara_ref.practice.cli import train_cli, train_parser, configs_from_args
 
 

@@ -27,8 +27,8 @@ from hara_ref.appendix.hp_rlvr import (
 from hara_ref.practice.commands import hp_variants, compare_hp_cli
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
 from hara_ref.appendix.verifier import rounding_tol
-from hara_ref.train.loop import TrainConfig, rl_step
-from hara_ref.train.loop import read_jsonl, load_trainer_state
+from hara_ref.appendix.loop import TrainConfig, rl_step
+from hara_ref.appendix.loop import read_jsonl, load_trainer_state
 from hara_ref.practice.cli import train_cli, train_parser, configs_from_args
 
 

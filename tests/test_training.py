@@ -18,8 +18,14 @@ from hara_ref.train.policy import (
     policy_forward,
     pad_id,
 )
-from hara_ref.train.loop import TrainConfig, credit_advantages, ppo_update
-from hara_ref.train.loop import train_run, save_policy, load_policy, read_jsonl, load_trainer_state
+from hara_ref.appendix.loop import TrainConfig, credit_advantages, ppo_update
+from hara_ref.appendix.loop import (
+    train_run,
+    save_policy,
+    load_policy,
+    read_jsonl,
+    load_trainer_state,
+)
 from hara_ref.train.sft import builtin_items, evaluate, sft
 from hara_ref.practice.cli import train_cli
 from hara_ref.appendix.verifier import rounding_tol
@@ -260,11 +266,11 @@ def test_committed_memory_table_backs_chapter_36():
 
 
 def test_hara_share_in_train_results_is_what_18_and_the_front_page_read():
-    "Chapter 18 and the front page read HARA's share of a step from `results/train.json`."
+    "Chapter 45 and the front page read HARA's share of a step from `results/train.json`."
     from pathlib import Path
 
     root = Path(__file__).parent.parent
-    train = json.loads((root / 'nbs/4_train/results/train.json').read_text())
+    train = json.loads((root / 'nbs/6_appendix/results/train.json').read_text())
     row = next(r for r in train['tables'][0]['rows'] if r[0] == 'grpo+hara-tok')
     share = row[-1]  # e.g. '46 ± 1 %'
     assert share.endswith('%') and 0 < float(share.split()[0]) < 100
@@ -306,8 +312,8 @@ def test_chunked_scoring_equals_unchunked_at_qwen3_vocab(tok, chunk):
 
 def test_train_flags_come_from_the_configs():
     from hara_ref.practice.cli import train_parser
-    from hara_ref.train.loop import TrainConfig
-    from hara_ref.train.experiment import ExperimentConfig
+    from hara_ref.appendix.loop import TrainConfig
+    from hara_ref.appendix.experiment import ExperimentConfig
 
     p = train_parser()
     assert (

@@ -202,7 +202,7 @@ def _pad_right(x: torch.Tensor, T: int, value) -> torch.Tensor:
 def _wave(model, tokenizer, items: list, counts: list, cfg, reward_fn, generator) -> tuple:
     """Sample `counts[i]` rollouts of item i: prompt indices (B,), responses (B, T), mask (B, T),
     rewards (B,)."""
-    from hara_ref.train.loop import sample_prompts
+    from hara_ref.appendix.loop import sample_prompts
     from hara_ref.train.sft import rewards_of
 
     idx = [i for i, c in enumerate(counts) for _ in range(int(c))]
@@ -243,4 +243,4 @@ def hora_rollouts(model, tokenizer, items: list, cfg, reward_fn, generator) -> t
     return pi, pm, ri, rm, [items[i]['answer'] for i in idx.tolist()], idx.to(model.device), info
 
 # %% ../../nbs/6_appendix/33_hora.ipynb #horahook
-HOOKS = dict(rollouts=hora_rollouts)  # what `rl_step` calls for allocation='hora' (chapter 18_loop)
+HOOKS = dict(rollouts=hora_rollouts)  # what `rl_step` calls for allocation='hora' (chapter 45_loop)

@@ -221,7 +221,7 @@ def hindsight_weights_chunked(
 
 # %% ../../nbs/6_appendix/34_hp_rlvr.ipynb #738390e7
 def _step_metrics(r, entropy, rm, w, A) -> dict:
-    """What a step logs: chapter 18_loop's keys, with zero credit (r = b) as the zero-std share,
+    """What a step logs: chapter 45_loop's keys, with zero credit (r = b) as the zero-std share,
     plus weight and credit statistics."""
     from hara_ref.rlvr.grpo import masked_mean
 
@@ -255,7 +255,7 @@ def hp_rlvr_step(
     credit (Eq. 2), PPO-clip update."""
     from hara_ref.train.policy import policy_forward
     from hara_ref.train.sft import rewards_of
-    from hara_ref.train.loop import ppo_update, sample_prompts
+    from hara_ref.appendix.loop import ppo_update, sample_prompts
 
     t, t0, dev = {}, time.perf_counter(), model.device
     prompts = [it['prompt'] for it in items]
@@ -303,4 +303,4 @@ def hp_rlvr_step(
     }
 
 # %% ../../nbs/6_appendix/34_hp_rlvr.ipynb #hphook01
-HOOKS = dict(step=hp_rlvr_step)  # what `rl_step` calls for method='hp-rlvr' (chapter 18_loop)
+HOOKS = dict(step=hp_rlvr_step)  # what `rl_step` calls for method='hp-rlvr' (chapter 45_loop)

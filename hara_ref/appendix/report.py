@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from ..train.loop import read_jsonl
+from .loop import read_jsonl
 
 # %% auto #0
 __all__ = ['COLUMNS', 'SECONDARY_COLUMNS', 'WALL_COLUMNS', 'run_summary', 'mean_se', 'paired', 'verdict', 'collect', 'per_seed',

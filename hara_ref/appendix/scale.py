@@ -16,11 +16,11 @@ import warnings
 from dataclasses import asdict, dataclass, replace
 import torch
 from .bench import bench_hara, sync
-from ..train.experiment import torch_threads
+from .experiment import torch_threads
 from .hara_engine import BARY_DEFAULTS
 from ..ot.complexity import timed
 from ..train.policy import token_stats
-from ..train.results import write_results
+from .results import write_results
 
 # %% auto #0
 __all__ = ['QWEN3_SHAPES', 'DECODE_WARM', 'SCALE_CHOICES', 'qwen3_config', 'layer_flops', 'step_flops', 'time_layers',

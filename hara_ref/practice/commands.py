@@ -25,8 +25,8 @@ from hara_ref.practice.cli import (
     train_parser,
 )
 from .study import StudyConfig, study_cells, study_plan, run_study
-from ..train.results import write_results
-from ..train.experiment import torch_threads
+from ..appendix.results import write_results
+from ..appendix.experiment import torch_threads
 from ..appendix.scale import SCALE_CHOICES, BenchScaleConfig, bench_scale_main
 from hara_ref.appendix.bench import (
     BENCH_OT_CHOICES,
@@ -45,7 +45,7 @@ __all__ = ['compare_rows', 'curve_rows', 'compare_table', 'compare_cli', 'hora_v
 def compare_rows(runs: dict, start: dict | None = None, rollouts: dict | None = None) -> tuple:
     """(columns, rows) per variant: mean ± std over seeds of final pass@1 / pass@k and of training
     statistics (each averaged over a run's steps)."""
-    from hara_ref.train.results import by_variant
+    from hara_ref.appendix.results import by_variant
 
     def ms(vals, d=3):
         v = torch.tensor(vals, dtype=torch.float64)
@@ -79,7 +79,7 @@ def compare_rows(runs: dict, start: dict | None = None, rollouts: dict | None = 
 
 def curve_rows(runs: dict) -> tuple:
     "(columns, rows): held-out pass@1 at every evaluation step, mean over each variant's seeds."
-    from hara_ref.train.results import by_variant
+    from hara_ref.appendix.results import by_variant
 
     out = {}
     for v, rl in by_variant(runs).items():
@@ -102,7 +102,7 @@ def compare_table(runs: dict, start: dict | None = None, rollouts: dict | None =
 def compare_cli(argv: list, prog: str, variants_of) -> int:
     """Body of `hara-ref compare ...`: `hara-ref train`'s flags, the variants `variants_of(cfg)`
     returns, a markdown table."""
-    from hara_ref.train.experiment import run_threads, experiment_plan, run_variants
+    from hara_ref.appendix.experiment import run_threads, experiment_plan, run_variants
 
     p = train_parser()
     p.prog, p.description = (

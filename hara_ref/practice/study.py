@@ -9,10 +9,15 @@ import os
 import time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
-from ..train.loop import TrainConfig
-from ..train.loop import resume_point
-from ..train.loop import read_json, read_jsonl
-from ..train.experiment import ExperimentConfig, experiment_plan, run_variants, run_threads
+from ..appendix.loop import TrainConfig
+from ..appendix.loop import resume_point
+from ..appendix.loop import read_json, read_jsonl
+from hara_ref.appendix.experiment import (
+    ExperimentConfig,
+    experiment_plan,
+    run_variants,
+    run_threads,
+)
 
 # %% auto #0
 __all__ = ['pilot_results', 'Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cells', 'run_dir', 'run_complete',
@@ -29,7 +34,7 @@ def pilot_results(
 ) -> dict:
     """The pilot table: per learning rate and step, seed 0 / seed 1 (/ ...) of pass@1, pass@4,
     pass@k, strategies and the mean entropy of the 10 training steps up to it; `write_results`."""
-    from hara_ref.train.results import write_results
+    from hara_ref.appendix.results import write_results
 
     def at(rows, step, key):  # the metric of the evaluation at `step`
         e = next(x for x in rows if x['kind'] == 'eval' and x['step'] == step)
@@ -254,7 +259,7 @@ def run_study(sc: StudyConfig, progress: bool = True) -> dict:
         starts = {}
         for task in dict.fromkeys(c.task for c in cells):
             ex, variants = study_experiment(sc, task), study_variants(sc, cells, task)
-            # chapter 19_experiment's runner; the study keeps its settings in study.json
+            # chapter 46_experiment's runner; the study keeps its settings in study.json
             starts[task] = run_variants(
                 ex,
                 variants,
