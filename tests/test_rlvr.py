@@ -1,4 +1,5 @@
-"""Property tests and failure cases for hara_ref.rlvr.basics (chapter 02_rlvr)."""
+"""Property tests for hara_ref.rlvr.basics (chapter 02_rlvr), and the failure cases of its checked
+twins in hara_ref.appendix.verifier (chapter 43_verifier_engine)."""
 
 import math
 import os
@@ -24,6 +25,15 @@ from hara_ref.rlvr.basics import (
     pass_at_k,
     mean_accuracy,
     mean_pass_at_k,
+)
+from hara_ref.appendix.verifier import (
+    checked_token_logprobs,
+    checked_causal_token_logprobs,
+    checked_response_mask,
+    checked_sequence_logprob,
+    checked_pass_at_k,
+    checked_mean_accuracy,
+    checked_mean_pass_at_k,
 )
 
 SET = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -98,21 +108,40 @@ def test_response_mask_left_and_right_padding():
 @pytest.mark.parametrize(
     'bad, msg',
     [
-        (lambda: token_logprobs(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)), '(B, T, V)'),
-        (lambda: token_logprobs(torch.zeros(1, 2, 3), torch.tensor([[0, -1]])), '[0, V=3)'),
-        (lambda: token_logprobs(torch.zeros(1, 2, 3), torch.zeros(1, 2)), 'integer token ids'),
-        (lambda: token_logprobs(torch.tensor([[[0.0, float('nan')]]]), torch.tensor([[0]])), 'NaN'),
         (
-            lambda: causal_token_logprobs(
+            lambda: checked_token_logprobs(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long)),
+            '(B, T, V)',
+        ),
+        (lambda: checked_token_logprobs(torch.zeros(1, 2, 3), torch.tensor([[0, -1]])), '[0, V=3)'),
+        (
+            lambda: checked_token_logprobs(torch.zeros(1, 2, 3), torch.zeros(1, 2)),
+            'integer token ids',
+        ),
+        (
+            lambda: checked_token_logprobs(
+                torch.tensor([[[0.0, float('nan')]]]), torch.tensor([[0]])
+            ),
+            'NaN',
+        ),
+        (
+            lambda: checked_causal_token_logprobs(
                 torch.zeros(1, 4, 3), torch.zeros(1, 3, dtype=torch.long)
             ),
             'input_ids (B, T)',
         ),
-        (lambda: sequence_logprob(torch.zeros(2, 3), torch.ones(3, 2).bool()), 'differ in shape'),
-        (lambda: sequence_logprob(torch.tensor([[float('nan')]]), torch.ones(1, 1).bool()), 'NaN'),
-        (lambda: response_mask(torch.ones(2, 3), [1, 2, 3]), '3 entries for 2 rows'),
-        (lambda: response_mask(torch.ones(2, 3), [-1, 2]), 'prompt_lens must lie'),
-        (lambda: response_mask(torch.ones(3), [1]), '(B, T)'),
+        (
+            lambda: checked_sequence_logprob(torch.zeros(2, 3), torch.ones(3, 2).bool()),
+            'differ in shape',
+        ),
+        (
+            lambda: checked_sequence_logprob(
+                torch.tensor([[float('nan')]]), torch.ones(1, 1).bool()
+            ),
+            'NaN',
+        ),
+        (lambda: checked_response_mask(torch.ones(2, 3), [1, 2, 3]), '3 entries for 2 rows'),
+        (lambda: checked_response_mask(torch.ones(2, 3), [-1, 2]), 'prompt_lens must lie'),
+        (lambda: checked_response_mask(torch.ones(3), [1]), '(B, T)'),
     ],
 )
 def test_logprob_bad_input(bad, msg):
@@ -330,7 +359,7 @@ def test_pass_at_k_large_n_is_stable():
 )
 def test_pass_at_k_bad_input(args, exc, msg):
     with pytest.raises(exc) as e:
-        pass_at_k(*args)
+        checked_pass_at_k(*args)
     assert msg in str(e.value)
 
 
@@ -345,11 +374,45 @@ def test_mean_metrics(P, n, seed):
 
 def test_mean_metrics_bad_input():
     with pytest.raises(ValueError, match='only 0/1'):
-        mean_accuracy([[0.5, 1.0]])
+        checked_mean_accuracy([[0.5, 1.0]])
     with pytest.raises(ValueError, match='NaN'):
-        mean_accuracy([[float('nan'), 1.0]])
+        checked_mean_accuracy([[float('nan'), 1.0]])
     with pytest.raises(ValueError, match='non-empty'):
-        mean_pass_at_k(torch.zeros(0, 3), 1)
+        checked_mean_pass_at_k(torch.zeros(0, 3), 1)
+    with pytest.raises(ValueError, match=r'need 1 <= k <= n, got k=4, n=3'):
+        checked_mean_pass_at_k(torch.zeros(2, 3), 4)
+    with pytest.raises(TypeError, match='must be ints'):
+        checked_mean_pass_at_k(torch.zeros(2, 3), 1.0)
+
+
+@SET
+@given(
+    B=st.integers(1, 4),
+    T=st.integers(2, 6),
+    V=st.integers(2, 9),
+    seed=st.integers(0, 10**6),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+)
+def test_checked_twins_equal_the_lesson_on_valid_input(B, T, V, seed, dtype):
+    "Each checked twin returns exactly what its lesson function returns on valid input."
+    g = torch.Generator().manual_seed(seed)
+    logits = (torch.randn(B, T, V, generator=g) * 3).to(dtype)  # (B, T, V)
+    ids = torch.randint(0, V, (B, T), generator=g)  # (B, T)
+    assert torch.equal(checked_token_logprobs(logits, ids), token_logprobs(logits, ids))
+    assert torch.equal(
+        checked_causal_token_logprobs(logits, ids), causal_token_logprobs(logits, ids)
+    )
+    am = torch.arange(T)[None, :] < torch.randint(1, T + 1, (B, 1), generator=g)  # (B, T)
+    p = torch.randint(0, T + 1, (B,), generator=g).tolist()
+    assert torch.equal(checked_response_mask(am.long(), p), response_mask(am.long(), p))
+    lp = token_logprobs(logits, ids)  # (B, T)
+    for m in (am, am.long()):
+        assert torch.equal(checked_sequence_logprob(lp, m), sequence_logprob(lp, m))
+    t = torch.rand(B, T, generator=g) < 0.4  # (P, n) correctness table
+    assert checked_mean_accuracy(t) == mean_accuracy(t)
+    for k in range(1, T + 1):
+        assert checked_mean_pass_at_k(t, k) == mean_pass_at_k(t, k)
+        assert checked_pass_at_k(T, int(t[0].sum()), k) == pass_at_k(T, int(t[0].sum()), k)
 
 
 def test_math_reward_timeout_in_main_thread():

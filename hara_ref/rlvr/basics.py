@@ -5,7 +5,6 @@
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #8304b8b1
 from __future__ import annotations
 import math
-import operator
 import re
 import threading
 import torch
@@ -15,36 +14,13 @@ import torch.nn.functional as F
 __all__ = ['token_logprobs', 'causal_token_logprobs', 'response_mask', 'sequence_logprob', 'extract_boxed', 'exact_match_reward',
            'math_reward', 'pass_at_k', 'mean_accuracy', 'mean_pass_at_k']
 
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #chk02tok
-def _check_aligned(logits: torch.Tensor, ids: torch.Tensor, name: str) -> None:
-    "Raise unless `logits` is (B, T, V) and `ids` (called `name` in the message) is (B, T)."
-    if logits.ndim != 3 or ids.shape != logits.shape[:2]:
-        raise ValueError(
-            f"logits must be (B, T, V) and {name} (B, T); got {tuple(logits.shape)} and "
-            f"{tuple(ids.shape)}"
-        )
-
-
-def _check_token_inputs(logits: torch.Tensor, targets: torch.Tensor) -> None:
-    "The input checks of `token_logprobs`: shapes, integer ids in [0, V), no NaN."
-    _check_aligned(logits, targets, 'targets')
-    if targets.dtype not in (torch.int64, torch.int32):
-        raise TypeError(f"targets must be integer token ids, got {targets.dtype}")
-    if targets.numel() and (targets.min() < 0 or targets.max() >= logits.shape[-1]):
-        raise ValueError(
-            f"targets must lie in [0, V={logits.shape[-1]}), got range [{targets.min()}, "
-            f"{targets.max()}]"
-        )
-    if torch.isnan(logits).any():
-        raise ValueError("logits contain NaN")
-
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #84e1ed08
 def token_logprobs(
     logits: torch.Tensor,  # (B, T, V) next-token logits, aligned with `targets`
     targets: torch.Tensor,  # (B, T) long token ids, targets[b, t] is scored by logits[b, t]
 ) -> torch.Tensor:  # (B, T) log pi(targets[b, t])
-    "Eq. (2): log-softmax of `logits` gathered at `targets`."
-    _check_token_inputs(logits, targets)  # shapes, integer ids in [0, V), no NaN
+    """Eq. (2): log-softmax of `logits` gathered at `targets`. Unchecked: the checked twin is
+    [`checked_token_logprobs`](../6_appendix/43_verifier_engine.ipynb)."""
     z = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()  # (B, T, V)
     # log pi(x_{t+1} | x_{<=t}) = z_{t, x_{t+1}} - logsumexp(z_t)
     return F.log_softmax(z, dim=-1).gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # (B, T)
@@ -54,52 +30,29 @@ def causal_token_logprobs(
     logits: torch.Tensor,  # (B, T, V) logits of a causal LM called on `input_ids`
     input_ids: torch.Tensor,  # (B, T) the sequences the logits were computed from
 ) -> torch.Tensor:  # (B, T-1) entry j = log pi(input_ids[:, j+1] | input_ids[:, :j+1])
-    "Token log-probabilities of a causal LM: logits at position t score the token at t+1."
-    _check_aligned(logits, input_ids, 'input_ids')
+    """Token log-probabilities of a causal LM, logits at t scoring the token at t+1. Unchecked;
+    checked twin: [`checked_causal_token_logprobs`](../6_appendix/43_verifier_engine.ipynb)."""
     return token_logprobs(logits[:, :-1], input_ids[:, 1:])  # (B, T-1)
-
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #chk02msk
-def _checked_prompt_lens(attention_mask: torch.Tensor, prompt_lens) -> torch.Tensor:
-    "The input checks of `response_mask`; returns `prompt_lens` as a (B,) tensor."
-    if attention_mask.ndim != 2:
-        raise ValueError(f"attention_mask must be (B, T), got {tuple(attention_mask.shape)}")
-    B, T = attention_mask.shape
-    p = torch.as_tensor(prompt_lens, device=attention_mask.device).reshape(-1)  # (B,)
-    if p.shape[0] != B:
-        raise ValueError(f"prompt_lens has {p.shape[0]} entries for {B} rows")
-    if (p < 0).any() or (p > T).any():
-        raise ValueError(f"prompt_lens must lie in [0, T={T}], got {p.tolist()}")
-    return p
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #9ec14bb0
 def response_mask(
     attention_mask: torch.Tensor,  # (B, T) 1/True on real tokens, 0/False on padding
     prompt_lens,  # (B,) ints, number of columns before the response in each row
 ) -> torch.Tensor:  # (B, T) bool, True on response tokens
-    "True on response tokens: at or after the response start and not padding."
-    p = _checked_prompt_lens(attention_mask, prompt_lens)  # (B,), in [0, T]
+    """True on response tokens: at or after the response start and not padding. Unchecked: the
+    checked twin is [`checked_response_mask`](../6_appendix/43_verifier_engine.ipynb)."""
+    p = torch.as_tensor(prompt_lens, device=attention_mask.device).reshape(-1)  # (B,)
     cols = torch.arange(attention_mask.shape[1], device=attention_mask.device)  # (T,)
     return (cols[None, :] >= p[:, None]) & attention_mask.bool()  # (B, T)
-
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #chk02seq
-def _checked_mask(token_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    "The input checks of `sequence_logprob`; returns the mask as bool."
-    if mask.shape != token_logp.shape:
-        raise ValueError(
-            f"mask {tuple(mask.shape)} and token_logp {tuple(token_logp.shape)} differ in shape"
-        )
-    m = mask.bool()  # (B, T)
-    if torch.isnan(token_logp[m]).any():
-        raise ValueError("token_logp is NaN at a masked-in position")
-    return m
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #ffb44a83
 def sequence_logprob(
     token_logp: torch.Tensor,  # (B, T) token log-probabilities
     mask: torch.Tensor,  # (B, T) bool (or 0/1), True on the tokens of the response
 ) -> torch.Tensor:  # (B,) log pi(o | q), 0 for a row whose mask is empty
-    "Eq. (3): sum of the token log-probabilities under the mask."
-    m = _checked_mask(token_logp, mask)  # (B, T) bool, same shape, no NaN under it
+    """Eq. (3): sum of the token log-probabilities under the mask. Unchecked: the checked twin is
+    [`checked_sequence_logprob`](../6_appendix/43_verifier_engine.ipynb)."""
+    m = mask.bool()  # (B, T)
     # sum_t m_t log pi(x_{t+1} | x_{<=t})
     return torch.where(m, token_logp, torch.zeros_like(token_logp)).sum(-1)  # (B,)
 
@@ -169,60 +122,33 @@ def math_reward(
     except (Exception, TimeoutException):  # TimeoutException is a BaseException
         return 0.0
 
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #chk02pak
-def _pass_at_k_ints(n, c, k) -> tuple:
-    "The input checks of `pass_at_k`: ints with 0 <= c <= n and 1 <= k <= n."
-    try:
-        n, c, k = operator.index(n), operator.index(c), operator.index(k)
-    except TypeError:
-        raise TypeError(
-            f"n, c, k must be ints, got {type(n).__name__}, {type(c).__name__}, {type(k).__name__}"
-        ) from None
-    if not 0 <= c <= n:
-        raise ValueError(f"need 0 <= c <= n, got c={c}, n={n}")
-    if not 1 <= k <= n:
-        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
-    return n, c, k
-
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #6dca8a1a
 def pass_at_k(
     n: int,  # samples drawn for the problem
     c: int,  # how many of them are correct, 0 <= c <= n
     k: int,  # budget, 1 <= k <= n
 ) -> float:  # unbiased estimate of P(at least one of k samples is correct)
-    "Eq. (5): the unbiased pass@k estimator, 1 - C(n-c, k) / C(n, k), in its stable product form."
-    n, c, k = _pass_at_k_ints(n, c, k)  # ints, 0 <= c <= n, 1 <= k <= n
+    """Eq. (5): the unbiased pass@k estimator, 1 - C(n-c, k) / C(n, k), in its stable product form.
+    Unchecked: the checked twin is [`checked_pass_at_k`](../6_appendix/43_verifier_engine.ipynb)."""
     if n - c < k:
         return 1.0  # every k-subset contains a correct sample
     # 1 - prod_{i=n-c+1}^{n} (1 - k/i)
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
-# %% ../../nbs/1_rlvr/02_rlvr.ipynb #3ff334ff
-def _correct_table(correct) -> torch.Tensor:
-    "Validate a (P, n) 0/1 table of sample correctness."
-    t = torch.as_tensor(correct)
-    if t.ndim != 2 or t.numel() == 0:
-        raise ValueError(
-            f"correct must be a non-empty (problems, samples) table, got shape {tuple(t.shape)}"
-        )
-    if t.is_floating_point() and torch.isnan(t).any():
-        raise ValueError("correct contains NaN")
-    if not ((t == 0) | (t == 1)).all():
-        raise ValueError("correct must hold only 0/1 (or False/True)")
-    return t
-
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #b016c6f9
 def mean_accuracy(
     correct,  # (P, n) 0/1 per problem and sample
 ) -> float:  # mean over problems of c/n
-    "Mean accuracy (avg@n): the fraction of correct samples, averaged over problems."
-    return _correct_table(correct).double().mean().item()
+    """Mean accuracy (avg@n): the fraction of correct samples, averaged over problems. Unchecked:
+    the checked twin is [`checked_mean_accuracy`](../6_appendix/43_verifier_engine.ipynb)."""
+    return torch.as_tensor(correct).double().mean().item()
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #f788311b
 def mean_pass_at_k(
     correct,  # (P, n) 0/1 per problem and sample
     k: int,  # budget, 1 <= k <= n
 ) -> float:  # mean over problems of Eq. (5)
-    "pass@k of Eq. (5) averaged over problems."
-    t = _correct_table(correct)
+    """pass@k of Eq. (5) averaged over problems. Unchecked: the checked twin is
+    [`checked_mean_pass_at_k`](../6_appendix/43_verifier_engine.ipynb)."""
+    t = torch.as_tensor(correct)  # (P, n)
     return sum(pass_at_k(t.shape[1], int(c), k) for c in t.sum(1).tolist()) / t.shape[0]
