@@ -12,8 +12,7 @@ from pathlib import Path
 import torch
 from ..rlvr.data import sum_task
 from ..rlvr.countdown import sum_demo
-from ..rlvr.basics import extract_boxed
-from ..appendix.verifier import checked_mean_accuracy, checked_mean_pass_at_k
+from ..rlvr.basics import extract_boxed, mean_accuracy, mean_pass_at_k
 from hara_ref.train.policy import (
     encode_prompts,
     pad_id,
@@ -235,11 +234,11 @@ def evaluate(
         L.append(m.sum(1).float().cpu())
     c = torch.cat(R).reshape(len(items), n_samples)  # (prompts, n)
     out = dict(
-        pass1=checked_mean_accuracy(c),
-        passk=checked_mean_pass_at_k(c, n_samples),
+        pass1=mean_accuracy(c),
+        passk=mean_pass_at_k(c, n_samples),
         k=n_samples,
         length=torch.cat(L).mean().item(),
-        passk_curve=[checked_mean_pass_at_k(c, k) for k in range(1, n_samples + 1)],
+        passk_curve=[mean_pass_at_k(c, k) for k in range(1, n_samples + 1)],
     )
     return out | (
         {}
