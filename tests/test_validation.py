@@ -9,6 +9,7 @@ import torch
 
 from hara_ref.appendix.checks import check_scalar, span_ids
 from hara_ref.ot.fgw import normalize_features
+from hara_ref.appendix.ot_checks import checked_normalize_features
 from hara_ref.appendix.barycenters import feature_scales
 from hara_ref.appendix.hara_engine import checked_hara_weights
 from hara_ref.appendix.hara_engine import (
@@ -190,15 +191,16 @@ def test_advantages_are_scale_invariant(dtype, c, granularity):
 )
 @pytest.mark.parametrize('how', ['unit', 'mean_norm'])
 def test_normalisation_is_exact_down_to_subnormal_norms(dtype, e, how):
-    "Integer entries times 2^e are exact even where the norm is subnormal: features are those of h."
+    """Integer entries times 2^e are exact even where the norm is subnormal: the engine's features
+    (`checked_normalize_features`, `feature_scales`) are those of h."""
     g = torch.Generator().manual_seed(1)
     h = torch.randint(-8, 9, (3, 5, 4), generator=g).to(dtype)  # (N, T, d)
     h[0, 0] = torch.tensor([1.0, 0.0, 0.0, 0.0])
     mask = torch.ones(3, 5, dtype=torch.bool)
     hc = h * 2.0**e
-    ref = normalize_features(h, how, mask)
+    ref = normalize_features(h, how, mask)  # the lesson's, at a scale its plain norms can hold
     tol = 4 * torch.finfo(dtype).eps  # features have norm <= a few
-    assert (normalize_features(hc, how, mask) - ref).abs().max() <= tol
+    assert (checked_normalize_features(hc, how, mask) - ref).abs().max() <= tol
     hs, s, _ = feature_scales(hc, mask, how)
     assert (s.unsqueeze(-1) * hs - ref * (h.norm(dim=-1, keepdim=True) > 0)).abs().max() <= tol
 

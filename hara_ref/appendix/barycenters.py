@@ -14,7 +14,8 @@ from .sinkhorn import sinkhorn_log
 from ..ot.entropic import ConvergenceWarning, stop_floor
 from .newton import semidual_newton, newton_start, newton_trial
 from .barycenter_checks import check_barycenter_inputs
-from ..ot.fgw import chain_positions, normalize_features, feature_norms
+from ..ot.fgw import chain_positions
+from .ot_checks import feature_norms
 
 # chapter 08_linearization's pieces, re-exported: `from hara_ref.appendix.barycenters import ...`
 # reaches them all
@@ -36,9 +37,9 @@ __all__ = ['TRIALS', 'feature_scales', 'group_weights', 'rollout_costs', 'anders
 def feature_scales(
     h: torch.Tensor,  # (N, T, d) hidden states (rows off the mask arbitrary, even nan)
     mask: torch.Tensor,  # (N, T) bool, True on real tokens
-    how: str = 'unit',  # 'unit' | 'none' | 'mean_norm', as in `normalize_features`
+    how: str = 'unit',  # 'unit' | 'none' | 'mean_norm', as in `checked_normalize_features`
 ) -> tuple:  # h (N, T, d), s (N, T), hh (N, T)
-    """`normalize_features` as a per-token scale `s` = $σ_t$: $σ_t h_t$ are the normalised
+    """`checked_normalize_features` as a per-token scale `s` = $σ_t$: $σ_t h_t$ are the normalised
     features ($σ_t = 0$ off the mask), $hh_t = \\lVert σ_t h_t\\rVert^2$; one pass over `h`, no
     copy of it."""
     if how not in ('unit', 'none', 'mean_norm'):

@@ -10,10 +10,10 @@ from hara_ref.ot.fgw import (
     chain_graph,
     chain_positions,
     chain_structure,
-    normalize_features,
     fgw,
     fgw_objective,
 )
+from .ot_checks import checked_normalize_features
 from ..ot.fgw_barycenter import rollout_barycenter, monotone_coupling, sq_dists
 from ..ot.lfgw import chain_tau_bar
 from ..ot.entropic import ConvergenceWarning
@@ -27,13 +27,11 @@ __all__ = ['EXACT_DEFAULTS', 'exact_group_barycenters', 'barycenter_objective']
 EXACT_DEFAULTS = dict(max_iter=200, tol=1e-9, warn=False)
 
 # %% ../../nbs/6_appendix/32_exact.ipynb #3ba19f8e
-def _group_solve(h, mask, rows, L_b, alpha, normalize, max_iter, tol):
-    """Exact barycenter of `rows`: Z (L_b, d), plans K x (L_i, L_b), iterations, converged,
-    objective, FGW caps."""
-    # (K, T, d), (K, T): padding zeroed
-    hg, mg = h[rows].masked_fill(~mask[rows].unsqueeze(-1), 0.0), mask[rows]
+def _group_solve(hn, mask, L_b, alpha, max_iter, tol):
+    """Exact barycenter of a group's normalised features `hn` (K, T, d), masked by `mask` (K, T):
+    Z (L_b, d), plans K x (L_i, L_b), iterations, converged, objective, FGW caps."""
     Z, _, lg = rollout_barycenter(
-        hg, mg, L_b, alpha, 'chain', normalize, max_iter=max_iter, tol=tol, warn=False
+        hn, mask, L_b, alpha, 'chain', 'none', max_iter=max_iter, tol=tol, warn=False
     )
     return Z, lg['plans'], lg['n_iter'], lg['converged'], lg['loss'][-1], lg['fgw_unconverged']
 
@@ -45,7 +43,7 @@ def exact_group_barycenters(
     n_groups: int | None = None,  # Y (default: group.max() + 1)
     alpha: float = 0.25,  # FGW trade-off (weight of the structure term)
     L_b: int = 32,  # barycenter size
-    normalize: str = 'unit',  # feature normalisation (`normalize_features`)
+    normalize: str = 'unit',  # feature normalisation (`checked_normalize_features`)
     max_iter: int = 200,  # most block-coordinate iterations per group
     tol: float = 1e-9,  # a group stops when Z moves less than this (Frobenius)
     # `ConvergenceWarning` (a RuntimeWarning): a group, or a last FGW plan, stopped at its cap
@@ -71,14 +69,14 @@ def exact_group_barycenters(
         rows = ((group == g) & mask.any(-1)).nonzero().flatten()
         if rows.numel() == 0:
             continue
-        Z[g], P, n_it[g], conv[g], loss[g], capped = _group_solve(
-            h, mask, rows, L_b, alpha, normalize, max_iter, tol
-        )
-        n_fgw += capped
-        # (K, T, d)
-        hn = normalize_features(
+        # (K, T, d) the engine's normalised features, padding zeroed
+        hn = checked_normalize_features(
             h[rows].masked_fill(~mask[rows].unsqueeze(-1), 0.0), normalize, mask[rows]
         )
+        Z[g], P, n_it[g], conv[g], loss[g], capped = _group_solve(
+            hn, mask[rows], L_b, alpha, max_iter, tol
+        )
+        n_fgw += capped
         for k, (i, plan) in enumerate(zip(rows.tolist(), P)):
             m = mask[i]  # (T,)
             plans[i, m] = plan  # (L_i, L_b)
@@ -119,11 +117,12 @@ def barycenter_objective(
     mask: torch.Tensor,  # (K, T) bool
     Z: torch.Tensor,  # (L_b, d) barycenter supports (normalised features)
     alpha: float = 0.25,  # FGW trade-off
-    normalize: str = 'unit',  # feature normalisation
+    normalize: str = 'unit',  # feature normalisation (`checked_normalize_features`)
 ) -> torch.Tensor:  # (K,) each rollout's FGW objective to (Z, chain)
     """Exact FGW objective of each rollout to the chain barycenter (Z, C̄), plans by `fgw` from the
     monotone coupling; the mean is the barycenter objective."""
-    g, L_b = chain_graph(h.masked_fill(~mask.unsqueeze(-1), 0.0), mask, normalize), Z.shape[0]
+    hn = checked_normalize_features(h.masked_fill(~mask.unsqueeze(-1), 0.0), normalize, mask)
+    g, L_b = chain_graph(hn, mask, 'none'), Z.shape[0]  # hn (K, T, d) normalised above
     # (L_b,), (L_b, L_b)
     b, Cb = torch.full((L_b,), 1 / L_b, dtype=Z.dtype), chain_structure(chain_tau_bar(L_b, Z.dtype))
     out = []

@@ -8,12 +8,7 @@ import math
 import warnings
 from dataclasses import dataclass
 import torch
-from hara_ref.ot.entropic import (
-    as_reg,
-    check_ot_inputs,
-    check_iterations,
-    broadcast_batch,
-)
+from .ot_checks import as_reg, check_ot_inputs, check_iterations, broadcast_batch
 from hara_ref.appendix.sinkhorn import (
     SinkhornConvergenceWarning,
     empty_result,

@@ -10,19 +10,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from hara_ref.ot.entropic import (
-    lse_update,
-    as_reg,
-    broadcast_batch,
-    check_ot_inputs,
-    stop_floor,
-    check_iterations,
-    ConvergenceWarning,
-)
+from ..ot.entropic import lse_update, stop_floor, ConvergenceWarning
+from .ot_checks import as_reg, broadcast_batch, check_ot_inputs, check_iterations
 
 # %% auto #0
 __all__ = ['item_thresholds', 'solve_in_float32', 'check_warm_start', 'scaling_step', 'SinkhornConvergenceWarning',
-           'empty_result', 'relax_omega', 'sinkhorn_log', 'sinkhorn_log2']
+           'empty_result', 'marginal_error', 'relax_omega', 'sinkhorn_log', 'sinkhorn_log2']
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #ddc50586
 def item_thresholds(
@@ -238,6 +231,17 @@ def _final_plan(logK, log_a, log_u, log_v, Kt, u, v, present):
         log_u = torch.where(fast.unsqueeze(-1), log_u, lse_update(log_a, logK, log_v))  # (..., n)
     plan = plan * present[..., None, None]  # absent items: zero plan
     return plan, log_u, log_v  # (..., n, m), (..., n), (..., m)
+
+# %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #e2989747
+def marginal_error(
+    log_u: torch.Tensor,  # (..., n) row log-scalings
+    log_v: torch.Tensor,  # (..., m) column log-scalings
+    logK: torch.Tensor,  # (..., n, m) $-M/\varepsilon$
+    b: torch.Tensor,  # (..., m) target column marginal
+) -> torch.Tensor:  # (...,) $\lVert T^\top\mathbf 1 - b\rVert_2$
+    "Column-marginal violation of the plan $T = e^{\\log u + \\log \\mathcal K + \\log v}$."
+    plan = torch.exp(log_u.unsqueeze(-1) + logK + log_v.unsqueeze(-2))  # (..., n, m)
+    return (plan.sum(-2) - b).norm(dim=-1)  # (...,)
 
 # %% ../../nbs/6_appendix/29_sinkhorn_batched.ipynb #fca3ca5c
 def relax_omega(

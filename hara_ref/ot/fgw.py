@@ -4,16 +4,14 @@
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #dd60bb3d
 from __future__ import annotations
-import math
 import warnings
-import numpy as np
 import torch
 import ot
-from .entropic import check_ot_inputs, check_iterations, ConvergenceWarning
+from .entropic import ConvergenceWarning
 
 # %% auto #0
-__all__ = ['chain_positions', 'chain_structure', 'feature_norms', 'normalize_features', 'chain_graph', 'gw_objective',
-           'fgw_objective', 'gw_gradient', 'fgw_line_search', 'fw_vertex', 'fgw', 'fgw2', 'rollout_pair']
+__all__ = ['chain_positions', 'chain_structure', 'normalize_features', 'chain_graph', 'gw_objective', 'fgw_objective',
+           'gw_gradient', 'fgw_line_search', 'fw_vertex', 'fgw', 'fgw2', 'rollout_pair']
 
 # %% ../../nbs/2_ot/06_fgw.ipynb #77991037
 def chain_positions(
@@ -36,44 +34,19 @@ def chain_structure(
     "Structure matrix of an attributed chain graph: $C[t,s] = |\\tau_t - \\tau_s|$."
     return (tau.unsqueeze(-1) - tau.unsqueeze(-2)).abs()  # (..., T, T)
 
-# %% ../../nbs/2_ot/06_fgw.ipynb #db999bca
-def feature_norms(
-    h: torch.Tensor,  # (..., T, d) features, finite where they are read
-    mask: torch.Tensor | None = None,  # (..., T) bool rows that are read (default: all)
-    per_rollout: bool = False,  # one power of two for all read rows of a rollout
-    norms: torch.Tensor | None = None,  # (..., T) plain norms of h, if already computed
-) -> tuple:  # h (..., T, d) (copied if rescaled), norms (..., T)
-    "Row norms that neither under- nor overflow: rows whose squares leave the range scaled by 2^-e."
-    norms = torch.linalg.vector_norm(h, dim=-1) if norms is None else norms  # (..., T)
-    fi = torch.finfo(h.dtype)
-    # squares below `tiny` lose bits: a norm above sqrt(d tiny / eps) loses at most eps² of itself
-    off = (norms < math.sqrt(h.shape[-1] * fi.tiny / fi.eps)) | torch.isinf(norms)  # (..., T)
-    read = torch.ones_like(off) if mask is None else mask.expand_as(off)  # (..., T)
-    off = (off.any(-1, keepdim=True) if per_rollout else off) & read  # (..., T)
-    if not off.any():
-        return h, norms
-    a = torch.where(off, h.abs().amax(-1), 0)  # (..., T) largest entry of each rescaled row
-    if per_rollout:
-        a = torch.where(off, a.amax(-1, keepdim=True), 0)  # (..., T)
-    e = torch.frexp(a).exponent.to(h.dtype).unsqueeze(-1)  # (..., T, 1) a = f 2^e, f in [1/2, 1)
-    # 2^-e in two factors: one alone overflows for subnormal rows (2^1074)
-    scaled = h * torch.exp2(-(e // 2)) * torch.exp2(e // 2 - e)  # (..., T, d)
-    h = torch.where(off.unsqueeze(-1), scaled, h)  # (..., T, d)
-    return h, torch.linalg.vector_norm(h, dim=-1)  # (..., T, d), (..., T)
-
 # %% ../../nbs/2_ot/06_fgw.ipynb #a13ac7fb
 def normalize_features(
     h: torch.Tensor,  # (..., T, d) hidden states (zero rows = padding stay zero)
     how: str = 'unit',  # 'unit' | 'none' | 'mean_norm'
     mask: torch.Tensor | None = None,  # (..., T) bool real tokens, used by 'mean_norm'
 ) -> torch.Tensor:  # (..., T, d)
-    "Scale hidden states to costs of order 1: unit norm per token, or per-rollout mean norm."
+    """Scale hidden states to costs of order 1: unit norm per token, or per-rollout mean norm (plain
+    norms; [`checked_normalize_features`](../6_appendix/44_ot_checks.ipynb) guards their range)."""
     if how == 'none':
         return h
     if how not in ('unit', 'mean_norm'):
         raise ValueError(f"how must be 'unit', 'none' or 'mean_norm', got {how!r}")
-    rollout = how == 'mean_norm'
-    h, norms = feature_norms(h, mask if rollout else None, rollout)  # (..., T, d), (..., T)
+    norms = torch.linalg.vector_norm(h, dim=-1)  # (..., T) ||h_t||
     if how == 'unit':
         return h / torch.where(norms > 0, norms, 1).unsqueeze(-1)  # (..., T, d)
     w = torch.ones_like(norms) if mask is None else mask.to(h.dtype)  # (..., T)
@@ -149,45 +122,13 @@ def fgw_line_search(
         gamma = 1.0 if qa + qb < 0 else 0.0  # concave or linear: best end point
     return gamma, qa * gamma**2 + qb * gamma
 
-# %% ../../nbs/2_ot/06_fgw.ipynb #cb9c4db9
-def _check_fgw_inputs(M, C1, C2, p, q, alpha):
-    "Validate an FGW problem (single pair, symmetric structures); fill in uniform weights."
-    n, m = M.shape[-2:] if M.ndim == 2 else (None, None)
-    if M.ndim != 2:
-        raise ValueError(f"fgw solves one pair at a time: M must be (n, m), got {tuple(M.shape)}")
-    if C1.shape != (n, n) or C2.shape != (m, m):
-        raise ValueError(
-            f"shape mismatch: M {tuple(M.shape)}, C1 {tuple(C1.shape)}, C2 {tuple(C2.shape)}"
-        )
-    p = torch.full((n,), 1 / n, dtype=M.dtype, device=M.device) if p is None else p
-    q = torch.full((m,), 1 / m, dtype=M.dtype, device=M.device) if q is None else q
-    check_ot_inputs(p, q, M, 1.0)
-    for name, C in (('C1', C1), ('C2', C2)):
-        if C.dtype != M.dtype:
-            raise TypeError(f"dtype mismatch: {name} {C.dtype} vs M {M.dtype}")
-        if not torch.isfinite(C).all():
-            raise ValueError(f"{name} contains nan or inf")
-        if not torch.allclose(C, C.T, atol=1e-10):
-            raise ValueError(f"{name} must be symmetric")
-    if not 0 <= alpha <= 1:
-        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
-    return p, q
-
 # %% ../../nbs/2_ot/06_fgw.ipynb #fg06c004
-def _fgw_start(M, C1, C2, p, q, alpha, G0, max_iter):
-    "Checked inputs and the starting plan in $\\Pi(p, q)$ (default $pq^\\top$): p, q, G."
-    p, q = _check_fgw_inputs(M, C1, C2, p, q, alpha)
-    check_iterations(max_iter, 1, 1.0, 'max_iter')
-    G = p[:, None] * q[None, :] if G0 is None else G0.to(M)  # (n, m)
-    tol = 1e-8 if M.dtype == torch.float64 else 1e-5
-    if (
-        G.shape != M.shape
-        or (G.sum(1) - p).abs().max() > tol
-        or (G.sum(0) - q).abs().max() > tol
-        or (G < 0).any()
-    ):
-        raise ValueError(f"G0 must be a plan in Pi(p, q) of shape {tuple(M.shape)}")
-    return p, q, G
+def _fgw_start(M, p, q, G0):
+    "Uniform weights where none are given, and the starting plan (default $pq^\\top$): p, q, G."
+    n, m = M.shape
+    p = torch.full((n,), 1 / n, dtype=M.dtype, device=M.device) if p is None else p  # (n,)
+    q = torch.full((m,), 1 / m, dtype=M.dtype, device=M.device) if q is None else q  # (m,)
+    return p, q, (p[:, None] * q[None, :] if G0 is None else G0.to(M))  # (n, m)
 
 
 def _warn_fgw(max_iter, cost, old, tol_abs, tol_rel):
@@ -226,15 +167,15 @@ def fgw(
     log: bool = False,  # also return dict(fgw_dist, loss, n_iter, converged)
     warn: bool = True,  # `ConvergenceWarning` when max_iter comes first
 ):  # plan (n, m) [, log]
-    "FGW plan by conditional gradient, exact line search: `ot.gromov.fused_gromov_wasserstein`."
-    p, q, G = _fgw_start(M, C1, C2, p, q, alpha, G0, max_iter)  # (n,), (m,), (n, m) checked
-    cost, losses = float(fgw_objective(G, M, C1, C2, alpha)), []
-    losses.append(cost)
+    """FGW plan by conditional gradient, exact line search: `ot.gromov.fused_gromov_wasserstein`.
+    No input checks: [`checked_fgw`](../6_appendix/44_ot_checks.ipynb) has them."""
+    p, q, G = _fgw_start(M, p, q, G0)  # (n,), (m,), (n, m) weights and the start
+    losses = [float(fgw_objective(G, M, C1, C2, alpha))]  # the objective at each iterate
     for it in range(1, max_iter + 1):
         grad = (1 - alpha) * M + alpha * gw_gradient(G, C1, C2, p, q)  # (n, m) linearise
         direction = fw_vertex(p, q, grad)  # (n, m) the vertex T~
         gamma, change = fgw_line_search(G, direction - G, M, C1, C2, alpha)
-        G, old, cost = G + gamma * (direction - G), cost, cost + change
+        G, old, cost = G + gamma * (direction - G), losses[-1], losses[-1] + change
         losses.append(cost)
         conv = abs(cost - old) < tol_abs or (cost != 0 and abs(cost - old) / abs(cost) < tol_rel)
         if conv:
