@@ -22,7 +22,8 @@ from hara_ref.appendix.conventions import (
     verl_advantages,
     ppo_clip_loss,
 )
-from ..ot.fgw import chain_positions, normalize_features
+from ..ot.fgw import chain_positions
+from ..appendix.ot_checks import checked_normalize_features
 from ..ot.lfgw import lifted_cost, chain_tau_bar, barycenter_update
 from ..appendix.newton import semidual_newton
 from ..appendix.barycenters import group_barycenters
@@ -136,7 +137,7 @@ def _k3_scale(x: dict, expected, opts) -> float:
 def _chain_cost(x: dict, alpha: float) -> tuple:
     "Unit-normalised lifted cost (K, T, L_b) to (Z, tau_bar), 0 on padding; token weights (K, T)."
     m = x['mask']
-    h = normalize_features(x['hidden'], how='unit') * m[..., None]  # (K, T, d)
+    h = checked_normalize_features(x['hidden'], how='unit') * m[..., None]  # (K, T, d)
     tau_bar = chain_tau_bar(x['Z'].shape[0], h.dtype)  # (L_b,)
     C = lifted_cost(h, chain_positions(m, h.dtype), x['Z'], tau_bar, alpha) * m[..., None]
     a = m.to(h.dtype) / m.sum(-1, keepdim=True)  # (K, T) 1/L_i on real tokens
@@ -178,7 +179,7 @@ def barycenter_map(hidden, mask, Z, alpha=0.25, reg=0.05) -> tuple:
     # KL(P | a b^T) on the support of a b^T
     kl = torch.where(P > 0, P * (P.clamp_min(1e-300) / ab.clamp_min(1e-300)).log(), 0.0)
     F = ((P * C).sum((-2, -1)) + reg * kl.sum((-2, -1))).mean()  # F_bar(Z), lambda_i = 1/K
-    hn = normalize_features(hidden, how='unit') * mask[..., None]  # (K, T, d)
+    hn = checked_normalize_features(hidden, how='unit') * mask[..., None]  # (K, T, d)
     lam = torch.full((len(hidden),), 1 / len(hidden), dtype=C.dtype)  # (K,)
     return barycenter_update(P, hn, lam), F  # (L_b, d), scalar
 
