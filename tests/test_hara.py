@@ -18,14 +18,8 @@ from hara_ref.appendix.hara_engine import (
 from hara_ref.hara.novelty import relative_novelty
 from hara_ref.hara.rollouts import span_ids, outcome_groups, pack_slots
 from hara_ref.ot.lfgw import lifted_cost
-from hara_ref.hara.baselines import (
-    shear_weights,
-    shear_advantages,
-    entropy_weights,
-    position_weights,
-    token_entropy,
-    window_starts,
-)
+from hara_ref.hara.baselines import entropy_weights, position_weights, token_entropy, window_starts
+from hara_ref.appendix.baselines import shear_weights, shear_advantages
 from hara_ref.practice.commands import bench_hara_cli
 from hara_ref.appendix.conventions import base_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
