@@ -17,7 +17,7 @@ from hara_ref.ot.fgw_barycenter import fgw_barycenter
 from hara_ref.ot.fgw import chain_structure
 from hara_ref.appendix.barycenters import group_barycenters
 from hara_ref.appendix.hara_engine import _cap_notes
-from hara_ref.hara.baselines import shear_weights, shear_advantages
+from hara_ref.appendix.baselines import shear_weights, shear_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 

@@ -18,14 +18,8 @@ from hara_ref.appendix.hara_engine import (
 from hara_ref.hara.novelty import relative_novelty
 from hara_ref.hara.rollouts import span_ids, outcome_groups, pack_slots
 from hara_ref.ot.lfgw import lifted_cost
-from hara_ref.hara.baselines import (
-    shear_weights,
-    shear_advantages,
-    entropy_weights,
-    position_weights,
-    token_entropy,
-    window_starts,
-)
+from hara_ref.hara.baselines import entropy_weights, position_weights, token_entropy, window_starts
+from hara_ref.appendix.baselines import shear_weights, shear_advantages
 from hara_ref.practice.commands import bench_hara_cli
 from hara_ref.appendix.conventions import base_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
@@ -406,23 +400,26 @@ def test_spans():
 
 # ---------------------------------------------------------------- baselines
 def test_shear():
-    hidden, mask, rewards, gid, stages, _ = planted_pair()
-    w = shear_weights(hidden, mask, rewards, gid)
-    assert torch.isfinite(w).all() and (w[mask] >= 0).all() and (w[~mask] == 1).all()
-    # no opposing group
-    assert torch.equal(
-        shear_weights(hidden, mask, torch.ones_like(rewards), gid), torch.ones_like(w)
-    )
+    # four planted rollouts of one prompt, 0 and 2 correct; rollout 2 carries a novel stage (6)
+    p = planted_stage_rollouts(K=4, substitute=(2, 3), seed=0)
+    hidden, mask, gid = p.hidden, p.mask, torch.zeros(4, dtype=torch.long)
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0], dtype=torch.float64)
+    assert (~mask).any()  # ragged: padding is checked below
+    w1 = shear_weights(hidden, mask, rewards, gid, width=4, stride=2)
+    assert torch.isfinite(w1).all() and (w1[mask] >= 0).all() and (w1[~mask] == 1).all()
     # a correct rollout's novel stage (no wrong rollout has it) is far from every wrong rollout: its
     # weight peaks there
-    p = planted_stage_rollouts(K=8, substitute=(2, 3), seed=0)
-    w1 = shear_weights(p.hidden, p.mask, rewards[4:12], gid[:8], width=4, stride=2)
     nv = p.stages[2] == 6  # windows overlap, so the neighbours of the novel stage share its maximum
-    assert (
-        w1[2][nv].max() == w1[2][p.mask[2]].max()
-        and w1[2][nv].mean() > w1[2][p.mask[2] & ~nv].mean()
+    assert nv.any() and (
+        w1[2][nv].max() == w1[2][mask[2]].max() and w1[2][nv].mean() > w1[2][mask[2] & ~nv].mean()
     )
+    # no opposing group
+    assert torch.equal(
+        shear_weights(hidden, mask, torch.ones_like(rewards), gid), torch.ones_like(w1)
+    )
+    w = shear_weights(hidden, mask, rewards, gid)
     adv, rw = shear_advantages(hidden, mask, rewards, gid)
+    assert torch.equal(rw.weights, w)
     torch.testing.assert_close(adv, rw.base[:, None] * w * mask)
     assert window_starts(10, 4, 3) == [0, 3, 6] and window_starts(11, 4, 3) == [0, 3, 6, 7]
 
@@ -665,13 +662,16 @@ def worked_example(K=16):
 
 
 def test_shear_shrinks_every_advantage_on_the_worked_example():
-    """What chapter 14 says of SHEAR on the worked example: its weight is the span distance itself,
-    below 1 on every token (every advantage shrinks), largest in a rollout with the novel stage."""
+    """What chapter 14 says of SHEAR on the worked example (and checks there on all 16 rollouts):
+    its weight is the span distance itself, below 1 on every token (every advantage shrinks),
+    largest in a rollout with the novel stage. Here on rollouts 0-3 and 8-11: both novel stages."""
     hidden, mask, rewards, _ = worked_example()
-    _, rs = shear_advantages(hidden, mask, rewards, torch.zeros(16, dtype=torch.long))
+    sub = torch.tensor([0, 1, 2, 3, 8, 9, 10, 11])  # rollouts 2 and 11 carry the novel stage
+    hidden, mask, rewards = hidden[sub], mask[sub], rewards[sub]
+    _, rs = shear_advantages(hidden, mask, rewards, torch.zeros(8, dtype=torch.long))
     w = rs.weights[mask]  # (N,) real tokens
     assert float(w.max()) < 1 and float(w.mean()) < 0.5
-    assert int(torch.where(mask, rs.weights, 0.0).amax(-1).argmax()) in (2, 11)
+    assert int(sub[torch.where(mask, rs.weights, 0.0).amax(-1).argmax()]) in (2, 11)
 
 
 def test_worked_example_weights_stay_near_one_off_the_novel_stages():

@@ -105,3 +105,33 @@ def test_nothing_imports_the_conformance_kit():
         if m.startswith('hara_ref.testing')
     ]
     assert bad == []
+
+
+def engine_imports(path: Path) -> list:
+    "The modules of the engine, the practice part or the conformance kit that `path` imports."
+    above = ('appendix', 'practice', 'testing')
+    targets = [
+        t
+        for m, names in imports(path)
+        for t in ([f'{m}.{n}' for n in names] if m == 'hara_ref' else [m])
+    ]
+    return [t for t in targets if t.split('.')[1:2] and t.split('.')[1] in above]
+
+
+def test_lessons_import_no_engine():
+    """The lesson parts (rlvr, ot, hara, train) import nothing from the engine (appendix), the
+    practice part or the conformance kit, at any depth (inside functions too)."""
+    lessons = [p for p in PKG.rglob('*.py') if p.parent.name in ('rlvr', 'ot', 'hara', 'train')]
+    assert len(lessons) > 15
+    bad = [(module_name(p), t) for p in lessons for t in engine_imports(p)]
+    assert bad == [], bad
+
+
+def test_the_engine_import_finder_looks_inside_functions(monkeypatch):
+    probe = PKG / 'hara' / 'probe.py'  # a lesson module's path; the file is never written
+    src = "def f():\n    from ..appendix.checks import check_mask\nfrom hara_ref import testing\n"
+    read = Path.read_text
+    monkeypatch.setattr(
+        Path, 'read_text', lambda p, *a, **k: src if p == probe else read(p, *a, **k)
+    )
+    assert sorted(engine_imports(probe)) == ['hara_ref.appendix.checks', 'hara_ref.testing']

@@ -18,7 +18,11 @@ from hara_ref.appendix.hara_engine import (
     REWEIGHTS,
     hara_novelty,
 )
-from hara_ref.hara.baselines import shear_weights, entropy_weights, position_weights
+from hara_ref.appendix.baselines import (
+    shear_weights,
+    checked_entropy_weights,
+    checked_position_weights,
+)
 
 F32_EPS, F64_EPS = torch.finfo(torch.float32).eps, torch.finfo(torch.float64).eps
 
@@ -77,11 +81,11 @@ def test_hara_weights_bad_option(name, bad, err):
 
 
 def _entropy(rho):
-    return entropy_weights(torch.rand(2, 3), torch.ones(2, 3, dtype=torch.bool), rho)
+    return checked_entropy_weights(torch.rand(2, 3), torch.ones(2, 3, dtype=torch.bool), rho)
 
 
 def _position(lam):
-    return position_weights(torch.ones(2, 3, dtype=torch.bool), lam=lam)
+    return checked_position_weights(torch.ones(2, 3, dtype=torch.bool), lam=lam)
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ from hara_ref.hara.novelty import (
     relative_to_group,
 )
 from ..hara.weights import hara_weights
-from hara_ref.hara.baselines import (
+from hara_ref.appendix.baselines import (
     shear_advantages,
     entropy_advantages,
     position_advantages,

@@ -12,8 +12,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ..rlvr.data import planted_stage_rollouts
 from .fgw import chain_graph
 from .fgw_barycenter import rollout_barycenter
-from ..appendix.barycenters import linearized_barycenter
-from .lfgw import chain_tau_bar
+from hara_ref.ot.lfgw import (
+    chain_tau_bar,
+    linearized_barycenter_reference,
+    linearized_start,
+    linearized_plans,
+    barycenter_cost,
+)
 
 # %% auto #0
 __all__ = ['bench_rollouts', 'linearized_pipeline', 'pot_fgw_barycenter', 'timed', 'loglog_slope', 'LargestTensor']
@@ -54,14 +59,20 @@ def bench_rollouts(
 
 # %% ../../nbs/2_ot/10_complexity.ipynb #b64279cb
 def linearized_pipeline(
-    h: torch.Tensor,  # (..., K, T, d) hidden states
-    mask: torch.Tensor,  # (..., K, T) bool
-    # passed to `linearized_barycenter` (L_b, reg, alpha, tol, ...)
-    **kwargs,
-) -> torch.Tensor:  # (..., K, T) token novelty
+    h: torch.Tensor,  # (K, T, d) hidden states of one group's rollouts
+    mask: torch.Tensor,  # (K, T) bool
+    alpha: float = 0.25,  # FGW trade-off
+    L_b: int = 32,  # barycenter size
+    reg: float = 0.05,  # entropic regulariser $\varepsilon$
+    tol: float = 1e-4,  # stop when an iteration moves Z by at most this
+    warn: bool = True,  # a `ConvergenceWarning` if the barycenter stops at its cap
+) -> torch.Tensor:  # (K, T) token novelty
     "Linearized barycenter + token novelty: the part of HARA whose cost Theorem 3.3 bounds."
-    Z, info = linearized_barycenter(h, mask, **kwargs)
-    return info['token_cost'] * mask.sum(-1, keepdim=True)  # (..., K, T)  n_{i,t} = L_i c_{i,t}
+    Z, _ = linearized_barycenter_reference(h, mask, alpha, L_b, reg, tol=tol, warn=warn)  # (L_b, d)
+    _, phi, tau_bar, a, b, _, _ = linearized_start(h, mask, alpha, L_b)  # lifted tokens, weights
+    plans, _ = linearized_plans(phi, Z, tau_bar, a, b, alpha, reg, 1e-12)  # (K, T, L_b) against Z
+    M = barycenter_cost(phi, Z, tau_bar, alpha)  # (K, T, L_b) lifted cost
+    return (plans * M).sum(-1) * mask.sum(-1, keepdim=True)  # (K, T)  n_{i,t} = L_i c_{i,t}
 
 # %% ../../nbs/2_ot/10_complexity.ipynb #77c13c3f
 def pot_fgw_barycenter(

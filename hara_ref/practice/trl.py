@@ -25,7 +25,7 @@ from hara_ref.appendix.hara_engine import (
 )
 from ..hara.rollouts import step_boundaries, outcome_groups
 from ..appendix.checks import check_scalar
-from ..hara.baselines import shear_weights, entropy_advantages, position_advantages
+from ..appendix.baselines import shear_weights, entropy_advantages, position_advantages
 
 # %% auto #0
 __all__ = ['PASSED', 'AS_FIELD', 'BASELINE_FN', 'HaraConfig', 'dict_field', 'ids_or_names', 'kw_target', 'check_options',
