@@ -17,6 +17,13 @@ import docs
 TINY = {
     'cells': [
         {
+            'cell_type': 'code',
+            'metadata': {},
+            'execution_count': None,
+            'outputs': [],
+            'source': '#| default_exp tiny',
+        },
+        {
             'cell_type': 'markdown',
             'metadata': {},
             'source': (

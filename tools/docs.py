@@ -184,8 +184,10 @@ def render_cells(nb, md) -> str:
             parts.append(md.render(table_math(c.source)))
         if c.cell_type != 'code' or 'hide' in d:
             continue
-        if c.source.strip() and d.get('echo:', ['true'])[0].lower() != 'false':
-            parts.append(highlight(c.source, PythonLexer(), HtmlFormatter()))
+        # directives nbdev keeps in the source (`#| default_exp`) are for the tools, not the reader
+        src = ''.join(x for x in c.source.splitlines(True) if not x.startswith('#|'))
+        if src.strip() and d.get('echo:', ['true'])[0].lower() != 'false':
+            parts.append(highlight(src, PythonLexer(), HtmlFormatter()))
         if d.get('output:', ['true'])[0].lower() != 'false':
             parts += [render_output(o, md) for o in c.get('outputs', [])]
     body = '\n'.join(parts)
