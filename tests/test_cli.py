@@ -40,12 +40,18 @@ def test_unknown_command_fails_with_message():
     assert "unknown command 'fly'" in r.stderr
 
 
-def test_check_help_and_a_usage_error_through_the_console_script():
+def test_check_help_through_the_console_script_and_a_usage_error(capsys):
+    """`check --help` as a user runs it; the usage error through `main` in this process (the
+    console script's exit codes: `test_unknown_command_fails_with_message` here, rc 1 in
+    test_testing), not a second new process that spends ~3 s importing torch and POT."""
+    from hara_ref.practice.cli import main
+
     r = _run('check', '--help')
     assert r.returncode == 0, r.stderr
     for name in ('grpo_advantages', 'ppo_clip_loss', 'k3_kl', 'barycenter', 'hara_advantages'):
         assert f"  {name}: fn(" in r.stdout
     assert "'trl': method='grpo', eps=0.0001 (δ, added to the std)" in r.stdout
-    r = _run('check', 'hara_ref.rlvr.grpo:k3_kl', '--quantity', 'k3_kl', '--examples', '0')
-    assert (r.returncode, r.stdout) == (2, '')
-    assert r.stderr == 'hara-ref check: --examples must be an integer >= 1, got 0\n'
+    rc = main(['check', 'hara_ref.rlvr.grpo:k3_kl', '--quantity', 'k3_kl', '--examples', '0'])
+    out, err = capsys.readouterr()
+    assert (rc, out) == (2, '')
+    assert err == 'hara-ref check: --examples must be an integer >= 1, got 0\n'

@@ -522,8 +522,13 @@ def _hara_ref(cwd, *args):
     )
 
 
-def test_check_imports_from_the_current_directory_and_names_the_convention(tmp_path):
-    "The issue's case: a package in the working directory with TRL's δ, checked against 'grpo'."
+def test_check_imports_from_the_current_directory_and_names_the_convention(
+    tmp_path, monkeypatch, capsys
+):
+    """The issue's case: a package in the working directory with TRL's δ, checked against 'grpo'.
+    The console script imports it from its working directory; the passing convention and the
+    syntax error then run `main` in this process (a new process spends ~3 s importing torch and
+    POT), the module forgotten between the two as a new process would."""
     (tmp_path / 'mypkg').mkdir()
     (tmp_path / 'mypkg' / '__init__.py').write_text('')
     (tmp_path / 'mypkg' / 'adv.py').write_text(
@@ -542,13 +547,23 @@ def test_check_imports_from_the_current_directory_and_names_the_convention(tmp_p
     r = _hara_ref(tmp_path, *argv)
     assert r.returncode == 1, r.stderr
     assert "convention='grpo' means method='grpo', eps=1e-06 (δ, added to the std)" in r.stdout
-    r = _hara_ref(tmp_path, *argv, '--option', 'convention=trl', '--vectors', str(VECTORS))
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert r.stdout.strip().endswith(f"7 vectors of hara_ref {hara_ref.__version__}")
-    (tmp_path / 'mypkg' / 'adv.py').write_text('def grpo_advantages(:\n')
-    r = _hara_ref(tmp_path, *argv)
-    assert r.returncode == 2 and r.stdout == '' and r.stderr.count('\n') == 1, r.stderr
-    assert 'cannot import mypkg.adv: SyntaxError in' in r.stderr
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, 'path', list(sys.path))  # `load_target` puts the directory first
+    forget = lambda: [sys.modules.pop(m, None) for m in ('mypkg.adv', 'mypkg')]
+    forget()
+    try:
+        rc = main([*argv, '--option', 'convention=trl', '--vectors', str(VECTORS)])
+        out, err = capsys.readouterr()
+        assert rc == 0, out + err
+        assert out.strip().endswith(f"7 vectors of hara_ref {hara_ref.__version__}")
+        forget()
+        (tmp_path / 'mypkg' / 'adv.py').write_text('def grpo_advantages(:\n')
+        rc = main(argv)
+        out, err = capsys.readouterr()
+        assert rc == 2 and out == '' and err.count('\n') == 1, err
+        assert 'cannot import mypkg.adv: SyntaxError in' in err
+    finally:
+        forget()
 
 
 def test_check_times_out_a_busy_function(tmp_path):

@@ -18,12 +18,46 @@ while [ $# -gt 0 ]; do
 done
 PY=${PYTHON:-python}
 mkdir -p "$OUT"
-run() { "$PY" -c 'import sys; from hara_ref.practice.cli import main; sys.exit(main(sys.argv[1:]))' "$@"; }
-"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
-      torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
-run bench scale --device "$DEVICE" --dtype float32 --hara-prompts 16 --layers 4 --tokens 2048 \
-  --decode-batch 256 --decode-steps 8 --head-tokens 4096 --repeat 3 "${TINY[@]}" \
-  --out "$OUT/scale_float32.json" | tee "$OUT/scale_float32.txt"
-run bench scale --device "$DEVICE" --dtype bfloat16 --hara-prompts 16 --layers 4 --tokens 2048 \
-  --decode-batch 256 --decode-steps 8 --head-tokens 4096 --repeat 3 "${TINY[@]}" \
-  --out "$OUT/scale_bfloat16.json" | tee "$OUT/scale_bfloat16.txt"
+# both passes in one Python process (each pass warms up before it times, and measures peak memory
+# in fresh subprocesses of its own): the imports (torch, POT, transformers) are paid once, not twice
+"$PY" - "$DEVICE" "$OUT" "${TINY[@]}" <<'EOF'
+import sys
+
+import torch
+
+from hara_ref.practice.cli import main
+
+device, out, *tiny = sys.argv[1:]
+cuda = torch.cuda.is_available()
+print('torch', torch.__version__, 'cuda', cuda, torch.cuda.get_device_name(0) if cuda else '')
+
+
+class Tee:  # a pass's table on the screen and in OUT/scale_DTYPE.txt
+    def __init__(self, *files):
+        self.files = files
+
+    def write(self, s):
+        for f in self.files:
+            f.write(s)
+        return len(s)
+
+    def flush(self):
+        for f in self.files:
+            f.flush()
+
+
+for dtype in ('float32', 'bfloat16'):
+    argv = ['bench', 'scale', '--device', device, '--dtype', dtype, '--hara-prompts', '16']
+    argv += ['--layers', '4', '--tokens', '2048', '--decode-batch', '256', '--decode-steps', '8']
+    argv += ['--head-tokens', '4096', '--repeat', '3', *tiny, '--out', f'{out}/scale_{dtype}.json']
+    stdout = sys.stdout
+    with open(f'{out}/scale_{dtype}.txt', 'w') as f:
+        sys.stdout = Tee(stdout, f)
+        try:
+            rc = main(argv)
+        finally:
+            sys.stdout.flush()
+            sys.stdout = stdout
+    if rc:
+        sys.exit(rc)
+EOF

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Callable
 from .data import is_heldout, sum_task, sum_solution
 from .basics import extract_boxed, exact_match_reward
@@ -137,7 +137,9 @@ def solution_text(steps: list) -> str:
     )
 
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #eee5c60d
-def reachable(nums: tuple) -> set:
+# 9**3 triples at the defaults: a task of 4,000 problems searches each triple once
+@lru_cache(maxsize=4096)
+def reachable(nums: tuple) -> frozenset:
     "Every non-negative value some strategy reaches from `nums`."
     vals = set()
 
@@ -151,7 +153,7 @@ def reachable(nums: tuple) -> set:
                         go([q for k, q in enumerate(pool) if k not in (i, j)] + [r])
 
     go(list(nums))
-    return vals
+    return frozenset(vals)
 
 
 def countdown_problem(
