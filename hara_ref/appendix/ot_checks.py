@@ -11,7 +11,7 @@ from ..ot.entropic import sinkhorn_reference, semidual_reference
 from ..ot.fgw import fgw, normalize_features
 
 # %% auto #0
-__all__ = ['as_reg', 'broadcast_batch', 'check_ot_inputs', 'check_iterations', 'checked_sinkhorn_reference',
+__all__ = ['SUM_TOL', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'check_iterations', 'checked_sinkhorn_reference',
            'checked_semidual_reference', 'check_fgw_inputs', 'check_fgw_start', 'checked_fgw', 'feature_norms',
            'checked_normalize_features']
 
@@ -47,6 +47,10 @@ def broadcast_batch(
     return tuple(out)
 
 # %% ../../nbs/6_appendix/44_ot_checks.ipynb #9cdfd309
+# how far from 1 a weight vector's sum may be, by dtype (16 bits: renormalised in float32 later)
+SUM_TOL = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4, torch.float64: 1e-7}
+
+
 def check_ot_inputs(
     a: torch.Tensor,  # (..., n) source weights
     b: torch.Tensor,  # (..., m) target weights
@@ -92,8 +96,7 @@ def check_ot_inputs(
             raise ValueError(f"{name} contains nan or inf")
     if (a < 0).any() or (b < 0).any():
         raise ValueError("weights a and b must be non-negative")
-    # 16 bits: renormalised in float32 later
-    tol = {torch.float16: 1e-2, torch.bfloat16: 1e-2, torch.float32: 1e-4}.get(a.dtype, 1e-7)
+    tol = SUM_TOL.get(a.dtype, SUM_TOL[torch.float64])  # 16 bits: renormalised later
     sa, sb = a.sum(-1), b.sum(-1)  # (...,)
     if not (((sa - 1).abs() <= tol) | (sa == 0)).all() or not ((sb - 1).abs() <= tol).all():
         raise ValueError(
