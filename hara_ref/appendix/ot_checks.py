@@ -162,9 +162,9 @@ def check_fgw_inputs(
     alpha: float,  # structure weight, in [0, 1]
 ) -> tuple:  # p (n,), q (m,)
     "Validate an FGW problem (single pair, symmetric structures); fill in uniform weights."
-    n, m = M.shape[-2:] if M.ndim == 2 else (None, None)
     if M.ndim != 2:
         raise ValueError(f"fgw solves one pair at a time: M must be (n, m), got {tuple(M.shape)}")
+    n, m = M.shape
     if C1.shape != (n, n) or C2.shape != (m, m):
         raise ValueError(
             f"shape mismatch: M {tuple(M.shape)}, C1 {tuple(C1.shape)}, C2 {tuple(C2.shape)}"
