@@ -130,16 +130,27 @@ def test_a_sweep_makes_the_gpu_host_wait_for_nothing():
 
 
 def test_trials_per_sweep_change_no_number(monkeypatch):
+    """Fixed trials per sweep (1, 2, 4: `_check` does not adapt them) and the default rule (as many
+    as an iteration waited for on average since the last check): the same numbers, fewer sweeps."""
     h, mask, group = planted_groups(2)
-    out = {}
+    check = bary._check
+
+    def fixed(bar):
+        trials, go = bar.trials, check(bar)
+        bar.trials = trials
+        return go
+
+    out = {'adapted': group_barycenters(h, mask, group, warn=False)}
+    monkeypatch.setattr(bary, '_check', fixed)
     for trials in (1, 2, 4):
         monkeypatch.setattr(bary, 'TRIALS', trials)
         out[trials] = group_barycenters(h, mask, group, warn=False)
-    for trials in (1, 4):
+    for trials in (1, 4, 'adapted'):
         torch.testing.assert_close(out[trials][0], out[2][0], atol=1e-12, rtol=0)
         assert torch.equal(out[trials][1]['n_iter_group'], out[2][1]['n_iter_group'])
         assert out[trials][1]['inner_iters'] == out[2][1]['inner_iters']
-    assert out[1][1]['sweeps'] > out[2][1]['sweeps'] >= out[4][1]['sweeps']
+    sweeps = {k: v[1]['sweeps'] for k, v in out.items()}
+    assert sweeps[1] > sweeps[2] >= sweeps[4] and sweeps['adapted'] < sweeps[2], sweeps
 
 
 def test_newton_trial_reads_nothing_and_freezes_stopped_problems():

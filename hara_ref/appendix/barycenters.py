@@ -204,7 +204,7 @@ def fixed_point_error(
     )
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #50c95d1b
-# Newton line-search trials per sweep
+# Newton line-search trials per sweep of the first `check_every` sweeps (then `_check` sets them)
 TRIALS = 2
 
 
@@ -225,7 +225,7 @@ class _Barycenters:
     check_every: int  # sweeps between two checks for a live group; Sinkhorn's check interval
     newton: bool  # plans by `semidual_newton` (else `sinkhorn_log`)
     max_iter: int  # most barycenter iterations of a group
-    trials: int  # Newton line-search trials per sweep
+    trials: int  # Newton line-search trials per sweep (set at each check)
     # the problem
     h: torch.Tensor  # (N, T, d) hidden states (never copied, unless nan/inf off the mask)
     s: torch.Tensor  # (N, T) feature scales
@@ -246,6 +246,8 @@ class _Barycenters:
     last: torch.Tensor | None = None  # (Y,) each group's last residual (its last change of Z)
     n_it: torch.Tensor | None = None  # (Y,) long, barycenter iterations of each group
     n_sk: torch.Tensor | None = None  # (Y,) long, inner steps each group waited for
+    # (2,) long, since the last check: inner steps the groups' iterations waited for, iterations
+    waits: torch.Tensor | None = None
     errs: torch.Tensor | None = None  # (max_iter,) largest residual of each iteration
     past: torch.Tensor | None = None  # (Y, 3) each group's three residuals before the last
     dist: torch.Tensor | None = None  # (Y,) estimated distance to the fixed point
@@ -362,6 +364,7 @@ def _first_iterate(bar, anderson):
     bar.last = h.new_ones(Y)  # (Y,) so the first plans are solved to inner_rtol
     bar.n_it = torch.zeros(Y, dtype=torch.long, device=h.device)  # (Y,)
     bar.n_sk = torch.zeros(Y, dtype=torch.long, device=h.device)  # (Y,)
+    bar.waits = torch.zeros(2, dtype=torch.long, device=h.device)  # (2,)
     bar.errs = h.new_full((max(bar.max_iter, 1),), -math.inf)  # (max_iter,)
     # each group's last three residuals, estimated error
     bar.past, bar.dist = h.new_full((Y, 3), math.inf), h.new_full((Y,), math.inf)
@@ -405,7 +408,8 @@ def _restart_plans(bar, again):
     st = bar.st
     # (N, L_b) warm start: the last potentials, as stored in the features' dtype
     log_v = st.log_v.to(bar.h.dtype).double()
-    new = newton_start(M.double() / (-bar.reg), st.a, st.b, log_v, thr, bar.inner_iter)
+    terms = (st.real, st.log_b, st.qq, st.ridge)  # what b fixes, kept
+    new = newton_start(M.double() / (-bar.reg), st.a, st.b, log_v, thr, bar.inner_iter, terms)
     for k in _FRESH:  # the problems `again` start anew, the others go on
         x = getattr(new, k)
         setattr(st, k, torch.where(again.view(-1, *[1] * (x.ndim - 1)), x, getattr(st, k)))
@@ -479,7 +483,8 @@ def _fixed_point_step(bar):
     k = bar.n_it.clamp(max=len(bar.errs) - 1)
     bar.errs.scatter_reduce_(0, k, torch.where(ready, change, -math.inf), 'amax')
     # (Y,) a group waits for its slowest rollout
-    bar.n_sk += torch.where(ready, _per_group(bar, bar.st.n_item, 'amax'), 0)
+    waited = torch.where(ready, _per_group(bar, bar.st.n_item, 'amax'), 0)
+    bar.n_sk, bar.waits = bar.n_sk + waited, bar.waits + torch.stack([waited.sum(), ready.sum()])
     bar.past = torch.where(r1, torch.cat([bar.past[:, 1:], change[:, None]], 1), bar.past)
     bar.dist, bar.last = torch.where(ready, dist, bar.dist), torch.where(ready, change, bar.last)
     bar.Z, bar.n_it = torch.where(r3, Z_new, bar.Z), bar.n_it + ready
@@ -498,12 +503,18 @@ def _sweep(bar):
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #check001
 def _check(bar):
-    """The check between sweeps: one host read of which groups are live; False when none is. Once
-    at most half the working rollouts belong to live groups, the working set shrinks to them."""
+    """The check between sweeps: one host read of which groups are live, and of the Newton steps
+    the iterations since the last check waited for; False when no group is live. The next sweeps
+    take as many trials as an iteration waited for on average. Once at most half the working
+    rollouts belong to live groups, the working set shrinks to them."""
     bar.checks += 1
-    live = bar.live.tolist()  # (Y,) the check's one host read
+    read = torch.cat([bar.live.long(), bar.waits]).tolist()  # (Y + 2,) the check's one host read
+    live, (steps, iters) = read[: bar.Y], read[bar.Y :]
     if not any(live):
         return False
+    if bar.newton and iters:  # no number depends on the trials per sweep, only the time
+        bar.trials = -(-steps // iters)
+    bar.waits = torch.zeros_like(bar.waits)
     keep = [k for k, g in enumerate(bar.groups) if g >= 0 and live[g]]  # working rollouts to keep
     if 2 * len(keep) <= len(bar.groups):
         _compact(bar, keep)
@@ -512,8 +523,9 @@ def _check(bar):
 
 def _most_checks(bar):
     """A bound on the checks: each of a group's `max_iter` iterations takes at most 9 trials per
-    Newton step (or one Sinkhorn solve); never reached by a run that stops."""
-    per_iter = (9 * bar.inner_iter) // bar.trials + 2 if bar.newton else 1
+    Newton step, one trial a sweep at least (or one Sinkhorn solve); never reached by a run that
+    stops."""
+    per_iter = 9 * bar.inner_iter + 2 if bar.newton else 1
     return bar.max_iter * per_iter // bar.check_every + 2
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #check002

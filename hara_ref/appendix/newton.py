@@ -18,8 +18,8 @@ from hara_ref.appendix.sinkhorn import (
 )
 
 # %% auto #0
-__all__ = ['semidual_plan', 'semidual_hessian', 'semidual_point', 'sinkhorn_column_step', 'newton_direction', 'newton_start',
-           'newton_trial', 'semidual_newton']
+__all__ = ['semidual_plan', 'semidual_hessian', 'semidual_point', 'sinkhorn_column_step', 'column_terms', 'newton_direction',
+           'newton_start', 'newton_trial', 'semidual_newton']
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #05246c4b
 def semidual_plan(
@@ -68,29 +68,43 @@ def semidual_point(
 def sinkhorn_column_step(
     c: torch.Tensor,  # (B, m) column mass of the current plan
     b: torch.Tensor,  # (B, m) column weights (0 = padding)
+    # (B, m) log b, 0 on padding (`column_terms`), if already known
+    log_b: torch.Tensor | None = None,
 ) -> torch.Tensor:  # (B, m) $\log b - \log b'$ ($b'$ = `c`), 0 on padding columns
     """Sinkhorn's exact column update as a step in $\\ell$: it maximises the dual with the rows
     fixed, so it never lowers $J$."""
-    return (b.log() - c.log()).masked_fill(b == 0, 0.0)
+    log_b = b.log() if log_b is None else log_b
+    return torch.where(b > 0, log_b - c.log(), 0.0)
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #31052471
+def column_terms(
+    b: torch.Tensor,  # (B, m) column weights (0 = padding)
+) -> tuple:  # real (B, m) bool, log_b (B, m), qq (B, m, m), ridge (B, m)
+    """What a Newton step needs of b, which never changes during a solve: the real columns,
+    $\\log b$ (0 on padding), the gauge term $q q^\\top$ ($q$ = 1/m on the real columns) plus the
+    identity on padding columns, and the relative ridge (1e-12 on real columns; $H$ can be
+    singular)."""
+    real = b > 0  # (B, m)
+    q = real.to(b.dtype) / real.sum(-1, keepdim=True)  # (B, m)
+    qq = q.unsqueeze(-1) * q.unsqueeze(-2) + torch.diag_embed((~real).to(b.dtype))  # (B, m, m)
+    return real, b.log().masked_fill(~real, 0.0), qq, 1e-12 * real
+
+
 def newton_direction(
     H: torch.Tensor,  # (B, m, m) $\operatorname{diag}(b') - T^\top \Gamma$
     c: torch.Tensor,  # (B, m) column mass
     b: torch.Tensor,  # (B, m) column weights (0 = padding)
+    terms: tuple | None = None,  # `column_terms(b)`, if already known
 ) -> tuple:  # step eta (B, m), gradient b - c (B, m)
     """Newton step (N3) on the real columns, by Cholesky; Sinkhorn's update
     $\\log b - \\log b'$ where the factorisation fails."""
-    real = b > 0  # (B, m)
-    q = real.to(H.dtype) / real.sum(-1, keepdim=True)  # (B, m)  1/m on real columns
-    # (B, m) relative 1e-12 (H can be singular); identity on padding columns
-    ridge = 1e-12 * c.amax(-1, keepdim=True) * real + (~real).to(H.dtype)
-    H = H + q.unsqueeze(-1) * q.unsqueeze(-2) + torch.diag_embed(ridge)  # (B, m, m)
-    grad = (b - c).masked_fill(~real, 0.0)  # (B, m)
+    real, log_b, qq, ridge = column_terms(b) if terms is None else terms
+    H = H + qq + torch.diag_embed(c.amax(-1, keepdim=True) * ridge)  # (B, m, m)
+    grad = torch.where(real, b - c, 0.0)  # (B, m)
     chol, info = torch.linalg.cholesky_ex(H)
     eta = torch.cholesky_solve(grad.unsqueeze(-1), chol).squeeze(-1)  # (B, m)
     ok = ((info == 0) & torch.isfinite(eta).all(-1)).unsqueeze(-1)  # (B, 1)
-    return torch.where(ok, eta, sinkhorn_column_step(c, b)), grad
+    return torch.where(ok, eta, sinkhorn_column_step(c, b, log_b)), grad
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #4da47a7b
 @dataclass
@@ -102,6 +116,10 @@ class _Newton:
     b: torch.Tensor  # (B, m) column weights
     thr: torch.Tensor  # (B,) stopping thresholds
     cap: int  # most Newton steps
+    real: torch.Tensor  # (B, m) bool, real columns (b > 0)
+    log_b: torch.Tensor  # (B, m) log b, 0 on padding
+    qq: torch.Tensor  # (B, m, m) gauge term of (N3), identity on padding (`column_terms`)
+    ridge: torch.Tensor  # (B, m) relative ridge
     log_v: torch.Tensor  # (B, m) the point $\ell$
     T: torch.Tensor  # (B, n, m) its plan (rows exact)
     log_u: torch.Tensor  # (B, n) its row potentials
@@ -113,10 +131,6 @@ class _Newton:
     done: torch.Tensor  # (B,) bool, stopped (err < thr, or the cap): frozen from then on
     n_item: torch.Tensor  # (B,) long, Newton steps taken
     trial: torch.Tensor  # (B,) long, line-search trial of the step under way (0: a step starts)
-    eta: torch.Tensor  # (B, m) Newton direction of the step under way
-    gamma: torch.Tensor  # (B, 1) its first step length
-    slope: torch.Tensor  # (B,) ascent predicted at gamma
-    slack: torch.Tensor  # (B,) rounding slack of J
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #49dae671
 def newton_start(
@@ -126,28 +140,27 @@ def newton_start(
     log_v: torch.Tensor,  # (B, m) starting point $\ell$
     thr: torch.Tensor,  # (B,) stopping thresholds
     num_iter_max: int,  # most Newton steps
+    terms: tuple | None = None,  # `column_terms(b)`, if already known
 ) -> _Newton:
     """Newton's state at $\\ell$ = `log_v`: the point evaluated, and a problem already within its
     threshold stopped with no step."""
     T, log_u, c, J, E, s = semidual_plan(logK, a, b, log_v)
     err = (c - b).norm(dim=-1)  # (B,)
     zero = torch.zeros(len(b), dtype=torch.long, device=b.device)  # (B,)
+    terms = column_terms(b) if terms is None else terms
     return _Newton(
-        logK, a, b, thr, num_iter_max, log_v, T, log_u, c, J, E, s,
+        logK, a, b, thr, num_iter_max, *terms, log_v, T, log_u, c, J, E, s,
         err=err, done=err < thr, n_item=zero, trial=zero.clone(),
-        eta=torch.zeros_like(b), gamma=torch.ones_like(J).unsqueeze(-1),
-        slope=torch.zeros_like(J), slack=torch.zeros_like(J),
     )  # fmt: skip
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #b5df03ee
-def _step_start(st):
-    """Direction, first step length, predicted ascent and rounding slack (B, ...) of the problems
-    whose step starts now (trial 0, not done); the others keep theirs."""
-    new = (~st.done & (st.trial == 0)).unsqueeze(-1)  # (B, 1)
+def _step(st):
+    """Newton direction eta (B, m), first step length gamma (B, 1), predicted ascent slope (B,) and
+    rounding slack of J (B,) at every problem's current point."""
     H = semidual_hessian(st.T, st.c, st.E, st.s)  # (B, m, m)
-    eta, grad = newton_direction(H, st.c, st.b)  # (B, m), (B, m)
+    eta, grad = newton_direction(H, st.c, st.b, (st.real, st.log_b, st.qq, st.ridge))
     # (B, 1) no potential moves by more than 20
-    gamma = (20.0 / eta.abs().amax(-1).clamp_min(1e-300)).clamp(max=1.0).unsqueeze(-1)
+    gamma = (20.0 / eta.abs().amax(-1, keepdim=True).clamp_min(1e-300)).clamp(max=1.0)
     slope = gamma.squeeze(-1) * (grad * eta).sum(-1)  # (B,) ascent predicted at gamma
     # (B,) rounding of J (padding: 0 * inf)
     slack = (
@@ -155,9 +168,7 @@ def _step_start(st):
         * torch.finfo(st.J.dtype).eps
         * (st.J.abs() + (st.a * st.log_u.abs()).nan_to_num(0.0, 0.0, 0.0).sum(-1) + 1)
     )
-    st.eta, st.gamma = torch.where(new, eta, st.eta), torch.where(new, gamma, st.gamma)
-    st.slope = torch.where(new.squeeze(-1), slope, st.slope)
-    st.slack = torch.where(new.squeeze(-1), slack, st.slack)
+    return eta, gamma, slope, slack
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #a83f3ea0
 def newton_trial(
@@ -167,18 +178,19 @@ def newton_trial(
     Newton at $\\gamma 4^{-k}$ for trial k < 8 (Armijo), Sinkhorn's column update at trial 8
     (always taken); a problem whose trial is taken has made a step, and stops when within its
     threshold or at the cap."""
-    _step_start(st)
+    # at the current point: the same for every trial of a step (the point moves when one is taken)
+    eta, gamma, slope, slack = _step(st)
     k = st.trial.clamp(max=8)  # (B,)
     newton = (k < 8).unsqueeze(-1)  # (B, 1)
     f = torch.pow(0.25, k.clamp(max=7).to(st.J.dtype))  # (B,) 4^-k, exact
     # (B, m) the trial point
     step = torch.where(
-        newton, (st.gamma * f.unsqueeze(-1)) * st.eta, sinkhorn_column_step(st.c, st.b)
+        newton, (gamma * f.unsqueeze(-1)) * eta, sinkhorn_column_step(st.c, st.b, st.log_b)
     )
-    cand = (st.log_v + step).masked_fill(st.b == 0, -math.inf)  # (B, m)
+    cand = torch.where(st.real, st.log_v + step, -math.inf)  # (B, m)
     T, log_u, c, J, E, s = semidual_plan(st.logK, st.a, st.b, cand)
     # (B,) Armijo's test; the Sinkhorn update is always taken
-    take = ~st.done & ((J >= st.J + 1e-4 * st.slope * f - st.slack) | ~newton.squeeze(-1))
+    take = ~st.done & ((J >= st.J + 1e-4 * slope * f - slack) | ~newton.squeeze(-1))
     t1, t2, t3 = take.unsqueeze(-1), take[:, None, None], take
     st.log_v, st.log_u, st.c = (torch.where(t1, x, y) for x, y in ((cand, st.log_v),
                                 (log_u, st.log_u), (c, st.c)))  # fmt: skip
