@@ -242,3 +242,21 @@ def test_the_compare_tool_times_checkouts_side_by_side(tmp_path):
     bad = subprocess.run(cmd + ['--paper-rounds', '0'], capture_output=True, text=True)
     assert bad.returncode == 2
     assert '--paper-rounds must be in [1, --rounds = 3], got 0' in bad.stderr
+
+
+def test_results_are_ordinary_tensors():
+    """The loop runs under `torch.inference_mode`; what it returns can be changed in place and kept
+    for autograd, like any tensor (an inference tensor refuses both)."""
+    h, mask, group = planted_groups(3)
+    Z, info = group_barycenters(h, mask, group, warn=False, final_plans_kw={})
+    outs = [Z] + [v for v in info.values() if isinstance(v, torch.Tensor)]
+    assert len(outs) >= 10 and not any(x.is_inference() for x in outs)
+    w = torch.ones_like(Z, requires_grad=True)
+    (w * Z).sum().backward()  # Z saved for backward
+    torch.testing.assert_close(w.grad, Z)
+    Z.add_(1.0)
+    info['plans'].mul_(2.0)
+    batch = small_batch()
+    adv, rw = hara_advantages(*batch)
+    adv.mul_(2.0)
+    assert not adv.is_inference()

@@ -625,6 +625,12 @@ def _warn_not_converged(bar, conv, max_iter):
     )
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #bb1f237b
+def _plain(x):
+    """A tensor made under `torch.inference_mode` as an ordinary tensor (a copy), which a caller
+    may modify in place or keep for autograd; anything else as it is."""
+    return x.clone() if isinstance(x, torch.Tensor) and x.is_inference() else x
+
+
 def _info(bar, conv):
     "`group_barycenters`' info dict from the record `bar` and conv (Y,)."
     Y = bar.Y
@@ -722,7 +728,7 @@ def group_barycenters(
     settings = dict(alpha=alpha, reg=reg, inner_rtol=inner_rtol, inner_iter=inner_iter)
     settings.update(omega=omega, check_every=check_every, newton=newton, max_iter=max_iter)
     settings.update(trials=TRIALS)
-    with torch.no_grad():
+    with torch.inference_mode():  # no autograd bookkeeping on the many small operations
         bar = _problem(h, mask, group, Y, weights, normalize, L_b, tol, stop_thr, **settings)
         _first_iterate(bar, anderson)
         for _ in range(_most_checks(bar)):
@@ -741,7 +747,7 @@ def group_barycenters(
     info = _info(bar, conv)
     if final_plans_kw is not None:
         _final_info(info, final, bar.part, warn)
-    return bar.Z, info
+    return _plain(bar.Z), {k: _plain(v) for k, v in info.items()}
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #a6977d4c
 def linearized_barycenter(
