@@ -35,10 +35,11 @@ def run(checkout: Path, args: list) -> str:
     return out.stdout
 
 
-def small(checkout: Path, n: int) -> float:
-    "Fastest of n `hara_advantages` calls on the small batch (s)."
+def small(checkout: Path, n: int) -> tuple:
+    "Fastest of n `hara_advantages` calls on the small batch: (seconds, barycenter iterations)."
     out = run(checkout, [str(HERE / 'bench_hara_small.py'), str(n)])
-    return float(re.search(r'runs ([\d.]+) s', out).group(1))
+    t = float(re.search(r'runs ([\d.]+) s', out).group(1))
+    return t, int(re.search(r'barycenter iterations: (\d+)', out).group(1))
 
 
 def paper(checkout: Path, extra: list) -> tuple:
@@ -82,13 +83,14 @@ def main(argv=None):
             timed = a.paper and r < paper_rounds
             if timed:
                 t_paper[n].append(paper(c, ['--prompts', str(a.prompts)] if a.prompts else []))
-            print(f"round {r + 1}: {n}: small {t_small[n][-1]:.4f} s", end='')
+            print(f"round {r + 1}: {n}: small {t_small[n][-1][0]:.4f} s", end='')
             print(f", bench hara {t_paper[n][-1][0]:.2f} s" if timed else '', flush=True)
     base = names[0]
     rows = []
     for n in names:
-        row = dict(checkout=n, small_s=min(t_small[n]))
-        row['small_ratio'] = row['small_s'] / min(t_small[base])
+        row = dict(checkout=n)
+        row['small_s'], row['small_iters'] = min(t_small[n])
+        row['small_ratio'] = row['small_s'] / min(t_small[base])[0]
         if a.paper:
             row['paper_s'], row['paper_iters'] = min(t_paper[n])
             row['paper_ratio'] = row['paper_s'] / min(t_paper[base])[0]

@@ -24,7 +24,7 @@ def small_batch(seed=1, dtype=torch.float32):
 def main(n=20):
     torch.set_num_threads(1)
     batch = small_batch()
-    hara_advantages(*batch)  # untimed: first-call costs
+    _, rw = hara_advantages(*batch)  # untimed: first-call costs
     ts = []
     for _ in range(n):
         t0 = time.perf_counter()
@@ -32,7 +32,8 @@ def main(n=20):
         ts.append(time.perf_counter() - t0)
     print(
         f"hara_advantages, 8 x 12 x 16 (2 groups of 4), 1 thread: min of {n} runs "
-        f"{min(ts):.4f} s (median {sorted(ts)[n // 2]:.4f} s)"
+        f"{min(ts):.4f} s (median {sorted(ts)[n // 2]:.4f} s); "
+        f"barycenter iterations: {rw.novelty.bary_iters}"
     )
 
 
