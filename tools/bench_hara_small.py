@@ -10,7 +10,11 @@ the other on the same machine:
 import sys
 import time
 import torch
-from hara_ref.appendix.hara_engine import hara_advantages
+
+try:
+    from hara_ref.appendix.hara_engine import hara_advantages
+except ImportError:  # a checkout from before the engine chapters
+    from hara_ref.hara.weights import hara_advantages
 
 
 def small_batch(seed=1, dtype=torch.float32):
