@@ -100,7 +100,7 @@ def test_a_sweep_reads_nothing(anderson):
     h, mask, group = planted_groups(1)
     group, Y = bary._checked_groups(h, mask, group, None, 0.25, 'newton')
     settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
-    settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS)
+    settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS, adapt=True)
     bar = bary._problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
     bary._first_iterate(bar, anderson)
     with HostReads() as r:
@@ -116,7 +116,7 @@ def test_a_sweep_makes_the_gpu_host_wait_for_nothing():
     h, mask, group = (x.cuda() for x in planted_groups(1))
     group, Y = bary._checked_groups(h, mask, group, None, 0.25, 'newton')
     settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
-    settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS)
+    settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS, adapt=True)
     bar = bary._problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
     bary._first_iterate(bar, 0)
     torch.cuda.synchronize()
@@ -129,28 +129,41 @@ def test_a_sweep_makes_the_gpu_host_wait_for_nothing():
     assert bool(bar.live.any()) and int(bar.n_it.max()) > 3
 
 
-def test_trials_per_sweep_change_no_number(monkeypatch):
-    """Fixed trials per sweep (1, 2, 4: `_check` does not adapt them) and the default rule (as many
-    as an iteration waited for on average since the last check): the same numbers, fewer sweeps."""
+def test_trials_per_sweep_change_no_number():
+    """Fixed trials per sweep (1, 2, 4) and the default, adapted at each check to the steps an
+    iteration waited for on average: the same numbers; the adapted trials take fewer sweeps than
+    two a sweep."""
     h, mask, group = planted_groups(2)
-    check = bary._check
-
-    def fixed(bar):
-        trials, go = bar.trials, check(bar)
-        bar.trials = trials
-        return go
-
-    out = {'adapted': group_barycenters(h, mask, group, warn=False)}
-    monkeypatch.setattr(bary, '_check', fixed)
-    for trials in (1, 2, 4):
-        monkeypatch.setattr(bary, 'TRIALS', trials)
-        out[trials] = group_barycenters(h, mask, group, warn=False)
-    for trials in (1, 4, 'adapted'):
-        torch.testing.assert_close(out[trials][0], out[2][0], atol=1e-12, rtol=0)
-        assert torch.equal(out[trials][1]['n_iter_group'], out[2][1]['n_iter_group'])
-        assert out[trials][1]['inner_iters'] == out[2][1]['inner_iters']
+    out = {tr: group_barycenters(h, mask, group, warn=False, trials=tr) for tr in (1, 2, 4, None)}
+    for tr in (1, 4, None):
+        torch.testing.assert_close(out[tr][0], out[2][0], atol=1e-12, rtol=0)
+        assert torch.equal(out[tr][1]['n_iter_group'], out[2][1]['n_iter_group'])
+        assert out[tr][1]['inner_iters'] == out[2][1]['inner_iters']
     sweeps = {k: v[1]['sweeps'] for k, v in out.items()}
-    assert sweeps[1] > sweeps[2] >= sweeps[4] and sweeps['adapted'] < sweeps[2], sweeps
+    assert sweeps[1] > sweeps[2] >= sweeps[4] and sweeps[None] < sweeps[2], sweeps
+    for tr in (1, 2, 4):  # every sweep ran `trials` trials
+        assert out[tr][1]['trials'] == tr * sweeps[tr]
+    assert sweeps[None] < out[None][1]['trials'] != 2 * sweeps[None]  # they changed
+    # Sinkhorn's plans take no trials
+    assert group_barycenters(h, mask, group, warn=False, solver='sinkhorn')[1]['trials'] == 0
+
+
+@pytest.mark.parametrize(
+    'kw, name',
+    [
+        (dict(trials=0), 'trials'),
+        (dict(trials=1.5), 'trials'),
+        (dict(trials=True), 'trials'),
+        (dict(check_every=0), 'check_every'),
+        (dict(max_iter=0), 'max_iter'),
+        (dict(max_iter=2.5), 'max_iter'),
+        (dict(omega=2.0), 'omega'),
+    ],
+)
+def test_loop_settings_are_checked(kw, name):
+    h, mask, group = planted_groups(0)
+    with pytest.raises(ValueError, match=name):
+        group_barycenters(h, mask, group, **kw)
 
 
 def test_newton_trial_reads_nothing_and_freezes_stopped_problems():

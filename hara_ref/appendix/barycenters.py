@@ -15,7 +15,7 @@ from ..ot.entropic import ConvergenceWarning, stop_floor
 from .newton import semidual_newton, newton_start, newton_trial
 from .barycenter_checks import check_barycenter_inputs
 from ..ot.fgw import chain_positions
-from .ot_checks import feature_norms
+from .ot_checks import feature_norms, check_iterations
 
 # chapter 08_linearization's pieces, re-exported: `from hara_ref.appendix.barycenters import ...`
 # reaches them all
@@ -204,7 +204,7 @@ def fixed_point_error(
     )
 
 # %% ../../nbs/6_appendix/31_barycenters.ipynb #50c95d1b
-# Newton line-search trials per sweep of the first `check_every` sweeps (then `_check` sets them)
+# Newton line-search trials per sweep until the first check, when they adapt (`trials=None`)
 TRIALS = 2
 
 
@@ -225,7 +225,8 @@ class _Barycenters:
     check_every: int  # sweeps between two checks for a live group; Sinkhorn's check interval
     newton: bool  # plans by `semidual_newton` (else `sinkhorn_log`)
     max_iter: int  # most barycenter iterations of a group
-    trials: int  # Newton line-search trials per sweep (set at each check)
+    trials: int  # Newton line-search trials per sweep
+    adapt: bool  # trials set at each check, from the steps the iterations waited for
     # the problem
     h: torch.Tensor  # (N, T, d) hidden states (never copied, unless nan/inf off the mask)
     s: torch.Tensor  # (N, T) feature scales
@@ -253,6 +254,7 @@ class _Barycenters:
     dist: torch.Tensor | None = None  # (Y,) estimated distance to the fixed point
     hist: dict | None = None  # Anderson history (`anderson_history`), or None
     sweeps: int = 0  # sweeps run
+    trials_run: int = 0  # Newton trials each rollout ran, over all sweeps
     checks: int = 0  # host reads of the live groups
     # the working set: after a compaction, the rollouts of the groups then live
     groups: list | None = None  # group of each working rollout, on the host (-1: takes no part)
@@ -497,6 +499,7 @@ def _sweep(bar):
     """One sweep over every rollout and group, fixed shapes, nothing read back: the inner solver's
     steps, the fixed-point step of the ready groups, new plan problems for those still live."""
     _inner_steps(bar)
+    bar.trials_run += bar.trials if bar.newton else 0
     ready = _fixed_point_step(bar)  # (Y,)
     _restart_plans(bar, (ready & bar.live)[bar.gid] & bar.part)
     bar.sweeps += 1
@@ -512,7 +515,7 @@ def _check(bar):
     live, (steps, iters) = read[: bar.Y], read[bar.Y :]
     if not any(live):
         return False
-    if bar.newton and iters:  # no number depends on the trials per sweep, only the time
+    if bar.adapt and bar.newton and iters:  # the trials change the time, not the numbers
         bar.trials = -(-steps // iters)
     bar.waits = torch.zeros_like(bar.waits)
     keep = [k for k, g in enumerate(bar.groups) if g >= 0 and live[g]]  # working rollouts to keep
@@ -656,6 +659,7 @@ def _info(bar, conv):
         # (Y,) groups stopped by the rounding floor before their estimate met tol
         at_rounding_floor=((bar.last < bar.noise) & ~(bar.dist < bar.tol)).cpu(),
         sweeps=bar.sweeps,  # sweeps over every rollout and group
+        trials=bar.trials_run,  # Newton trials each rollout ran (0 for Sinkhorn)
         host_checks=bar.checks,  # reads of the live groups (one every `check_every` sweeps)
     )
 
@@ -715,6 +719,10 @@ def group_barycenters(
     # entropic plans by 'newton' (chapter 30_newton's `semidual_newton`) or 'sinkhorn' (chapter
     # 29_sinkhorn_batched's `sinkhorn_log`)
     solver: str = 'newton',
+    # Newton line-search trials per sweep; None: `TRIALS` until the first check, then at each
+    # check as many as an iteration waited for on average since the last one. No number depends
+    # on them, only the time
+    trials: int | None = None,
     # Z (Y, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
 ) -> tuple:
     """Linearized FGW barycenter of every group of rollouts, all groups at once: batched products,
@@ -727,7 +735,10 @@ def group_barycenters(
     inner_iter = (50 if newton else 200) if inner_iter is None else inner_iter
     settings = dict(alpha=alpha, reg=reg, inner_rtol=inner_rtol, inner_iter=inner_iter)
     settings.update(omega=omega, check_every=check_every, newton=newton, max_iter=max_iter)
-    settings.update(trials=TRIALS)
+    check_iterations(max_iter, check_every, omega, 'max_iter')
+    if trials is not None:
+        check_iterations(trials, 1, 1.0, 'trials')
+    settings.update(trials=TRIALS if trials is None else trials, adapt=trials is None)
     with torch.inference_mode():  # no autograd bookkeeping on the many small operations
         bar = _problem(h, mask, group, Y, weights, normalize, L_b, tol, stop_thr, **settings)
         _first_iterate(bar, anderson)
