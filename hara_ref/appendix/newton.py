@@ -145,7 +145,7 @@ def newton_start(
     """Newton's state at $\\ell$ = `log_v`: the point evaluated, and a problem already within its
     threshold stopped with no step."""
     T, log_u, c, J, E, s = semidual_plan(logK, a, b, log_v)
-    err = (c - b).norm(dim=-1)  # (B,)
+    err = torch.linalg.vector_norm(c - b, dim=-1)  # (B,)
     zero = torch.zeros(len(b), dtype=torch.long, device=b.device)  # (B,)
     terms = column_terms(b) if terms is None else terms
     return _Newton(
@@ -198,7 +198,7 @@ def newton_trial(
     st.J = torch.where(t3, J, st.J)
     st.n_item = st.n_item + take
     st.trial = torch.where(take | st.done, 0, st.trial + 1)
-    st.err = torch.where(take, (c - st.b).norm(dim=-1), st.err)  # (B,)
+    st.err = torch.where(take, torch.linalg.vector_norm(c - st.b, dim=-1), st.err)  # (B,)
     st.done = st.done | (take & ((st.err < st.thr) | (st.n_item >= st.cap)))
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #0b6e4f18
