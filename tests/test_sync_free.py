@@ -148,6 +148,21 @@ def test_trials_per_sweep_change_no_number():
     assert group_barycenters(h, mask, group, warn=False, solver='sinkhorn')[1]['trials'] == 0
 
 
+@pytest.mark.parametrize('waits, trials', [([0, 3], 1), ([7, 3], 3), ([0, 0], 2)])
+def test_a_check_sets_at_least_one_trial(waits, trials):
+    """Iterations whose plans were already solved at their warm start waited for 0 steps: the next
+    sweeps still take a trial, or a plan that then needs one would never be solved. No iteration
+    since the last check: the trials stay."""
+    h, mask, group = planted_groups(1)
+    group, Y = bary._checked_groups(h, mask, group, None, 0.25, 'newton')
+    settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
+    settings.update(check_every=5, newton=True, max_iter=200, trials=2, adapt=True)
+    bar = bary._problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
+    bary._first_iterate(bar, 0)
+    bar.waits = torch.tensor(waits)
+    assert bary._check(bar) and bar.trials == trials
+
+
 @pytest.mark.parametrize(
     'kw, name',
     [

@@ -516,7 +516,7 @@ def _check(bar):
     if not any(live):
         return False
     if bar.adapt and bar.newton and iters:  # the trials change the time, not the numbers
-        bar.trials = -(-steps // iters)
+        bar.trials = max(1, -(-steps // iters))  # 0 steps: plans already solved at the start
     bar.waits = torch.zeros_like(bar.waits)
     keep = [k for k, g in enumerate(bar.groups) if g >= 0 and live[g]]  # working rollouts to keep
     if 2 * len(keep) <= len(bar.groups):
