@@ -410,8 +410,7 @@ def _restart_plans(bar, again):
     st = bar.st
     # (N, L_b) warm start: the last potentials, as stored in the features' dtype
     log_v = st.log_v.to(bar.h.dtype).double()
-    terms = (st.real, st.log_b, st.qq, st.ridge)  # what b fixes, kept
-    new = newton_start(M.double() / (-bar.reg), st.a, st.b, log_v, thr, bar.inner_iter, terms)
+    new = newton_start(M.double() / (-bar.reg), st.a, st.b, log_v, thr, bar.inner_iter, st.terms)
     for k in _FRESH:  # the problems `again` start anew, the others go on
         x = getattr(new, k)
         setattr(st, k, torch.where(again.view(-1, *[1] * (x.ndim - 1)), x, getattr(st, k)))

@@ -95,6 +95,8 @@ def newton_direction(
     c: torch.Tensor,  # (B, m) column mass
     b: torch.Tensor,  # (B, m) column weights (0 = padding)
     terms: tuple | None = None,  # `column_terms(b)`, if already known
+    # (B, m) Sinkhorn's update `sinkhorn_column_step(c, b)`, if already known
+    fallback: torch.Tensor | None = None,
 ) -> tuple:  # step eta (B, m), gradient b - c (B, m)
     """Newton step (N3) on the real columns, by Cholesky; Sinkhorn's update
     $\\log b - \\log b'$ where the factorisation fails."""
@@ -104,7 +106,8 @@ def newton_direction(
     chol, info = torch.linalg.cholesky_ex(H)
     eta = torch.cholesky_solve(grad.unsqueeze(-1), chol).squeeze(-1)  # (B, m)
     ok = ((info == 0) & torch.isfinite(eta).all(-1)).unsqueeze(-1)  # (B, 1)
-    return torch.where(ok, eta, sinkhorn_column_step(c, b, log_b)), grad
+    fallback = sinkhorn_column_step(c, b, log_b) if fallback is None else fallback
+    return torch.where(ok, eta, fallback), grad
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #4da47a7b
 @dataclass
@@ -132,6 +135,11 @@ class _Newton:
     n_item: torch.Tensor  # (B,) long, Newton steps taken
     trial: torch.Tensor  # (B,) long, line-search trial of the step under way (0: a step starts)
 
+    @property
+    def terms(self) -> tuple:
+        "`column_terms(b)`, as kept: real, log_b, qq, ridge."
+        return self.real, self.log_b, self.qq, self.ridge
+
 # %% ../../nbs/6_appendix/30_newton.ipynb #49dae671
 def newton_start(
     logK: torch.Tensor,  # (B, n, m) $\log \mathcal K$
@@ -155,10 +163,12 @@ def newton_start(
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #b5df03ee
 def _step(st):
-    """Newton direction eta (B, m), first step length gamma (B, 1), predicted ascent slope (B,) and
-    rounding slack of J (B,) at every problem's current point."""
+    """Newton direction eta (B, m), first step length gamma (B, 1), predicted ascent slope (B,),
+    rounding slack of J (B,) and Sinkhorn's column update col (B, m) at every problem's current
+    point."""
     H = semidual_hessian(st.T, st.c, st.E, st.s)  # (B, m, m)
-    eta, grad = newton_direction(H, st.c, st.b, (st.real, st.log_b, st.qq, st.ridge))
+    col = sinkhorn_column_step(st.c, st.b, st.log_b)  # (B, m) the fallback, and trial 8's step
+    eta, grad = newton_direction(H, st.c, st.b, st.terms, col)
     # (B, 1) no potential moves by more than 20
     gamma = (20.0 / eta.abs().amax(-1, keepdim=True).clamp_min(1e-300)).clamp(max=1.0)
     slope = gamma.squeeze(-1) * (grad * eta).sum(-1)  # (B,) ascent predicted at gamma
@@ -168,7 +178,7 @@ def _step(st):
         * torch.finfo(st.J.dtype).eps
         * (st.J.abs() + (st.a * st.log_u.abs()).nan_to_num(0.0, 0.0, 0.0).sum(-1) + 1)
     )
-    return eta, gamma, slope, slack
+    return eta, gamma, slope, slack, col
 
 # %% ../../nbs/6_appendix/30_newton.ipynb #a83f3ea0
 def newton_trial(
@@ -179,14 +189,12 @@ def newton_trial(
     (always taken); a problem whose trial is taken has made a step, and stops when within its
     threshold or at the cap."""
     # at the current point: the same for every trial of a step (the point moves when one is taken)
-    eta, gamma, slope, slack = _step(st)
+    eta, gamma, slope, slack, col = _step(st)
     k = st.trial.clamp(max=8)  # (B,)
     newton = (k < 8).unsqueeze(-1)  # (B, 1)
     f = torch.pow(0.25, k.clamp(max=7).to(st.J.dtype))  # (B,) 4^-k, exact
     # (B, m) the trial point
-    step = torch.where(
-        newton, (gamma * f.unsqueeze(-1)) * eta, sinkhorn_column_step(st.c, st.b, st.log_b)
-    )
+    step = torch.where(newton, (gamma * f.unsqueeze(-1)) * eta, col)
     cand = torch.where(st.real, st.log_v + step, -math.inf)  # (B, m)
     T, log_u, c, J, E, s = semidual_plan(st.logK, st.a, st.b, cand)
     # (B,) Armijo's test; the Sinkhorn update is always taken
