@@ -45,6 +45,18 @@ def planted_groups(seed=0, d=16):
     return h, mask, torch.arange(4).repeat_interleave(3)
 
 
+def planted_record(anderson=0, device='cpu'):
+    """`group_barycenters`' record of `planted_groups(1)` on `device`, first iterate set, trials
+    adapted from `TRIALS`: what its loop would run."""
+    h, mask, group = (x.to(device) for x in planted_groups(1))
+    group, Y = bary._checked_groups(h, mask, group, None, 0.25, 'newton')
+    settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
+    settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS, adapt=True)
+    bar = bary._problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
+    bary._first_iterate(bar, anderson)
+    return bar
+
+
 def counted_hara(batch, **kw):
     """Host reads of one `hara_advantages` call, and of the `group_barycenters` call inside it, with
     that call's info."""
@@ -97,12 +109,7 @@ def test_host_reads_do_not_grow_with_the_inner_steps():
 
 @pytest.mark.parametrize('anderson', [0, 3])
 def test_a_sweep_reads_nothing(anderson):
-    h, mask, group = planted_groups(1)
-    group, Y = bary._checked_groups(h, mask, group, None, 0.25, 'newton')
-    settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
-    settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS, adapt=True)
-    bar = bary._problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
-    bary._first_iterate(bar, anderson)
+    bar = planted_record(anderson)
     with HostReads() as r:
         for _ in range(20):
             bary._sweep(bar)
@@ -113,12 +120,7 @@ def test_a_sweep_reads_nothing(anderson):
 def test_a_sweep_makes_the_gpu_host_wait_for_nothing():
     """On a GPU, CUDA's own sync detector over 20 sweeps: any operation that makes the host wait
     for the device (a scalar read, `nonzero`, a copy to the host) raises."""
-    h, mask, group = (x.cuda() for x in planted_groups(1))
-    group, Y = bary._checked_groups(h, mask, group, None, 0.25, 'newton')
-    settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
-    settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS, adapt=True)
-    bar = bary._problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
-    bary._first_iterate(bar, 0)
+    bar = planted_record(device='cuda')
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode('error')
     try:
@@ -153,12 +155,8 @@ def test_a_check_sets_at_least_one_trial(waits, trials):
     """Iterations whose plans were already solved at their warm start waited for 0 steps: the next
     sweeps still take a trial, or a plan that then needs one would never be solved. No iteration
     since the last check: the trials stay."""
-    h, mask, group = planted_groups(1)
-    group, Y = bary._checked_groups(h, mask, group, None, 0.25, 'newton')
-    settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
-    settings.update(check_every=5, newton=True, max_iter=200, trials=2, adapt=True)
-    bar = bary._problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
-    bary._first_iterate(bar, 0)
+    bar = planted_record()
+    assert bar.trials == 2 == bary.TRIALS
     bar.waits = torch.tensor(waits)
     assert bary._check(bar) and bar.trials == trials
 
