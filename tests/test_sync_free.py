@@ -193,6 +193,27 @@ def test_newton_trial_reads_nothing_and_freezes_stopped_problems():
     assert st.done.all() and all(torch.equal(st.T[k], T) for k, T in frozen.items())
 
 
+def test_a_trial_and_a_sweep_run_as_many_operations_on_any_batch():
+    """On a small batch the time of a call is its count of torch operations (chapter 35_bench): a
+    Newton trial and the rest of a sweep run a fixed number of them, whatever the batch, and no
+    more than they do now."""
+    trial = []
+    for B in (3, 40):
+        a, b, M = problem(B, B, 20, 8)
+        st = newton_start(M / -0.05, a, b, torch.zeros_like(b), torch.full((B,), 1e-11).double(), 9)
+        with HostReads() as r:
+            newton_trial(st)
+        trial.append(r.ops)
+    assert trial[0] == trial[1] <= 124
+    bar = planted_record()
+    rest = []
+    for _ in range(3):
+        with HostReads() as r:
+            bary._sweep(bar)
+        rest.append(r.ops - bar.trials * trial[0])
+    assert len(set(rest)) == 1 and rest[0] <= 166
+
+
 @pytest.mark.parametrize('check_every', [1, 4])
 def test_semidual_newton_reads_once_per_check(monkeypatch, check_every):
     a, b, M = problem(4, 40, 30, 8)

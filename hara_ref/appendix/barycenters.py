@@ -839,11 +839,13 @@ _READ_OPS = ('_local_scalar_dense', 'nonzero', 'masked_select', '_unique', '_uni
 class HostReads(TorchDispatchMode):
     """Count, inside the `with` block, the torch operations that wait for a value on the host:
     scalar reads (`.item()`, `float()`, `bool()` of a tensor), `nonzero`, `masked_select`,
-    `unique`, boolean indexing, linear-algebra error checks, copies to the CPU, and `tolist()`."""
+    `unique`, boolean indexing, linear-algebra error checks, copies to the CPU, and `tolist()`;
+    `ops` counts every torch operation."""
 
     def __init__(self):
         super().__init__()
         self.counts = collections.Counter()  # kind -> reads
+        self.ops = 0  # torch operations of any kind
 
     @property
     def total(self) -> int:
@@ -852,6 +854,7 @@ class HostReads(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        self.ops += 1
         name = func.overloadpacket.__name__
         if name in _READ_OPS:
             self.counts[name] += 1
