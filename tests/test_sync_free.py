@@ -284,6 +284,7 @@ def test_the_compare_tool_times_checkouts_side_by_side(tmp_path):
     assert run.returncode == 0
     rows = json.loads(out.read_text())['rows']
     assert len(rows) == 2 and rows[0]['small_ratio'] == 1.0 and rows[1]['small_s'] > 0
+    assert rows[0]['small_round_ratios'] == [1.0] and len(rows[1]['small_round_ratios']) == 1
     bad = subprocess.run(cmd + ['--rounds', '0'], capture_output=True, text=True)
     assert bad.returncode == 2 and '--rounds and --calls must be at least 1' in bad.stderr
     bad = subprocess.run(cmd + ['--paper-rounds', '0'], capture_output=True, text=True)

@@ -5,8 +5,9 @@ Each round runs every checkout once, in turn, in a fresh process (its own `hara_
 4; fastest of N calls) and, with --paper, `hara-ref bench hara --threads 1` (the paper's batch: 16 x
 16 rollouts, L = 1024, d = 1024). Alternating the checkouts spreads a drift of the machine's speed
 over all of them; each time reported is the fastest over the rounds, and the ratio is to the first
-checkout. The scripts run from this checkout, so an old checkout needs only `hara_advantages` and
-its `bench hara` command.
+checkout. Each row also keeps every round's ratio to the first checkout in the same round (a
+paired ratio: its spread is the machine's noise). The scripts run from this checkout, so an old
+checkout needs only `hara_advantages` and its `bench hara` command.
 
     python tools/bench_compare.py OLD NEW [--rounds 3] [--paper] [--out results.json]
 """
@@ -75,6 +76,8 @@ def main(argv=None):
     names = [f"code {commit(c)}" for c in a.checkouts]
     if len(set(names)) < len(names):
         names = [f"{n} ({c})" for n, c in zip(names, a.checkouts)]
+    if len(set(names)) < len(names):  # the same checkout more than once
+        names = [f"{n} #{k + 1}" for k, n in enumerate(names)]
     t_small = {n: [] for n in names}
     t_paper = {n: [] for n in names}
     for r in range(a.rounds):
@@ -91,9 +94,11 @@ def main(argv=None):
         row = dict(checkout=n)
         row['small_s'], row['small_iters'] = min(t_small[n])
         row['small_ratio'] = row['small_s'] / min(t_small[base])[0]
+        row['small_round_ratios'] = [t / b for (t, _), (b, _) in zip(t_small[n], t_small[base])]
         if a.paper:
             row['paper_s'], row['paper_iters'] = min(t_paper[n])
             row['paper_ratio'] = row['paper_s'] / min(t_paper[base])[0]
+            row['paper_round_ratios'] = [t / b for (t, _), (b, _) in zip(t_paper[n], t_paper[base])]
         rows.append(row)
         print(json.dumps(row))
     if a.out:
