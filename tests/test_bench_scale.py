@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from hara_ref.appendix.bench import bench_fgw_batch
-from hara_ref.appendix.scale import layer_flops, qwen3_config, scale_row, step_flops
+from hara_ref.bench.solvers import bench_fgw_batch
+from hara_ref.bench.scale import layer_flops, qwen3_config, scale_row, step_flops
 from hara_ref.practice.commands import bench_scale_cli
 
 ROOT = Path(__file__).resolve().parent.parent

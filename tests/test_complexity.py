@@ -13,7 +13,7 @@ from hara_ref.ot.complexity import (
     timed,
 )
 from hara_ref.practice.commands import bench_ot_cli
-from hara_ref.appendix.bench import format_barycenter_row
+from hara_ref.bench.solvers import format_barycenter_row
 
 
 def test_bench_ot_quick_prints_ratio_lines(capsys, tmp_path):

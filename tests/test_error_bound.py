@@ -22,7 +22,7 @@ from hara_ref.ot.error_bound import (
     linearization_gap,
     check_weights,
 )
-from hara_ref.appendix.verifier import rounding_tol
+from hara_ref.engine.verifier import rounding_tol
 
 SET = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 f64 = torch.float64

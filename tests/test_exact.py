@@ -4,9 +4,9 @@ against the linearized Z, dtypes, bad input."""
 import pytest
 import torch
 
-from hara_ref.appendix.exact import exact_group_barycenters, barycenter_objective
-from hara_ref.appendix.hara_engine import hara_advantages, hara_novelty, BARY_DEFAULTS
-from hara_ref.appendix.barycenters import group_barycenters
+from hara_ref.engine.exact import exact_group_barycenters, barycenter_objective
+from hara_ref.engine.hara_engine import hara_advantages, hara_novelty, BARY_DEFAULTS
+from hara_ref.engine.barycenters import group_barycenters
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 

@@ -19,7 +19,7 @@ from hara_ref.ot.fgw import (
     fgw2,
     rollout_pair,
 )
-from hara_ref.appendix.ot_checks import checked_fgw
+from hara_ref.engine.ot_checks import checked_fgw
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 SETTINGS = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

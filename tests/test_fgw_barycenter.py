@@ -16,7 +16,7 @@ from hara_ref.ot.fgw_barycenter import (
     rollout_barycenter,
 )
 from hara_ref.rlvr.data import planted_stage_rollouts
-from hara_ref.appendix.barycenter_checks import checked_fgw_barycenter
+from hara_ref.engine.barycenter_checks import checked_fgw_barycenter
 
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tests/conftest.py

@@ -1,4 +1,4 @@
-"""The geometric group reference (chapters 11_rollouts, 12_novelty, 38_hara_engine, 42_checks):
+"""The geometric group reference (chapters 11_rollouts, 12_novelty, 38_hara_engine, 35_checks):
 HARA's advantages do not change under rotations of the hidden space; exact cases; agreement with a
 brute-force minimisation; caps."""
 
@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from scipy.optimize import minimize
 
-from hara_ref.appendix.hara_engine import hara_advantages
-from hara_ref.appendix.checks import group_geometric_median
+from hara_ref.engine.hara_engine import hara_advantages
+from hara_ref.engine.checks import group_geometric_median
 from hara_ref.hara.rollouts import geometric_median
 from hara_ref.rlvr.data import planted_stage_rollouts
 

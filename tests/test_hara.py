@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.appendix.hara_engine import (
+from hara_ref.engine.hara_engine import (
     hara_advantages,
     reweight_advantages,
     REWEIGHTS,
@@ -19,9 +19,9 @@ from hara_ref.hara.novelty import relative_novelty
 from hara_ref.hara.rollouts import span_ids, outcome_groups, pack_slots
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.hara.baselines import entropy_weights, position_weights, token_entropy, window_starts
-from hara_ref.appendix.baselines import shear_weights, shear_advantages
+from hara_ref.engine.baselines import shear_weights, shear_advantages
 from hara_ref.practice.commands import bench_hara_cli
-from hara_ref.appendix.conventions import base_advantages
+from hara_ref.engine.conventions import base_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
 from test_hara_novelty import gauss_batch as _gauss_batch  # i.i.d. Gaussian rollouts, 4 prompts x 8
 

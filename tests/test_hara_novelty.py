@@ -1,5 +1,5 @@
 """Novelty relative to the group, converged defaults, notes and warnings on caps, and bad input in
-the oracle path (chapters 11_rollouts, 12_novelty, 13_hara, 38_hara_engine, 42_checks)."""
+the oracle path (chapters 11_rollouts, 12_novelty, 13_hara, 38_hara_engine, 35_checks)."""
 
 import warnings
 import numpy as np
@@ -12,7 +12,7 @@ from hara_ref.hara.novelty import (
     version_excess,
     relative_to_group,
 )
-from hara_ref.appendix.hara_engine import (
+from hara_ref.engine.hara_engine import (
     hara_advantages,
     hara_novelty,
     BARY_DEFAULTS,
@@ -20,7 +20,7 @@ from hara_ref.appendix.hara_engine import (
 )
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.hara.rollouts import group_median, group_mean, outcome_groups
-from hara_ref.appendix.checks import group_geometric_median
+from hara_ref.engine.checks import group_geometric_median
 from hara_ref.ot.fgw import chain_positions, normalize_features
 from hara_ref.ot.lfgw import lift
 from hara_ref.rlvr.data import planted_stage_rollouts
@@ -187,7 +187,7 @@ def test_one_changed_span_the_plans_would_leak():
     h, m, r, g, span = one_changed_span()
     nov = hara_novelty(h, m, r, g)
     # versions from the final plans instead of the local assignment
-    from hara_ref.appendix.barycenters import group_barycenters
+    from hara_ref.engine.barycenters import group_barycenters
 
     gc = torch.where(
         nov.computed, torch.searchsorted(torch.unique(nov.og[nov.computed]), nov.og), -1

@@ -1,4 +1,4 @@
-"""Property tests, cross-checks and failure cases for hara_ref.appendix.hora (chapter 33_hora): hit
+"""Property tests, cross-checks and failure cases for hara_ref.methods.hora (chapter 44_hora): hit
 utility, greedy allocation, the trainer hook."""
 
 import itertools
@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('MPLBACKEND', 'Agg')
-from hara_ref.appendix.hora import (
+from hara_ref.methods.hora import (
     lgamma_diff,
     log_miss,
     hit_utility,
@@ -26,8 +26,8 @@ from hara_ref.appendix.hora import (
 from hara_ref.practice.commands import hora_variants, compare_hora_cli
 import numpy as np
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
-from hara_ref.appendix.loop import TrainConfig
-from hara_ref.appendix.loop import read_jsonl
+from hara_ref.trainer.loop import TrainConfig
+from hara_ref.trainer.loop import read_jsonl
 from hara_ref.practice.cli import train_cli, train_parser, configs_from_args
 
 

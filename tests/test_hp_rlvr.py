@@ -1,5 +1,5 @@
-"""Property tests, cross-checks and failure cases for hara_ref.appendix.hp_rlvr (chapter
-34_hp_rlvr): hindsight weights, historical baseline, the trainer step."""
+"""Property tests, cross-checks and failure cases for hara_ref.methods.hp_rlvr (chapter
+45_hp_rlvr): hindsight weights, historical baseline, the trainer step."""
 
 import math
 import os
@@ -14,8 +14,8 @@ from scipy.spatial.distance import jensenshannon
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('MPLBACKEND', 'Agg')
-from hara_ref.appendix.hp_rlvr import HOOKS
-from hara_ref.appendix.hp_rlvr import (
+from hara_ref.methods.hp_rlvr import HOOKS
+from hara_ref.methods.hp_rlvr import (
     hindsight_weights,
     history_baseline,
     update_history,
@@ -26,9 +26,9 @@ from hara_ref.appendix.hp_rlvr import (
 )
 from hara_ref.practice.commands import hp_variants, compare_hp_cli
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
-from hara_ref.appendix.verifier import rounding_tol
-from hara_ref.appendix.loop import TrainConfig, rl_step
-from hara_ref.appendix.loop import read_jsonl, load_trainer_state
+from hara_ref.engine.verifier import rounding_tol
+from hara_ref.trainer.loop import TrainConfig, rl_step
+from hara_ref.trainer.loop import read_jsonl, load_trainer_state
 from hara_ref.practice.cli import train_cli, train_parser, configs_from_args
 
 
@@ -233,7 +233,7 @@ def test_grpo_zero_gradient_records_and_hp_rlvr_not():
 def test_step_scores_in_chunks_never_full_logits(monkeypatch):
     """The step reads hidden states and forms logits a chunk at a time: it never asks for the (B, T,
     V) logits."""
-    import hara_ref.appendix.hp_rlvr as hp
+    import hara_ref.methods.hp_rlvr as hp
 
     def full_logits(*a, **k):
         raise AssertionError('hp_rlvr_step built the full (B, T, V) logits')

@@ -5,8 +5,11 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / 'hara_ref'
-# the book's parts, in reading order
-PARTS = ('rlvr', 'ot', 'hara', 'train', 'practice', 'appendix', 'testing')
+# the package's parts, from the ground up: the lessons (parts I-IV of the book), the engine, the
+# trainer, the other methods, the measurements, the practice part and the conformance kit
+LESSONS = ('rlvr', 'ot', 'hara', 'train')
+FLOORS = LESSONS + ('engine', 'trainer', 'methods', 'bench', 'practice', 'testing')
+PARTS = FLOORS
 
 
 def module_name(path: Path) -> str:
@@ -109,7 +112,7 @@ def test_nothing_imports_the_conformance_kit():
 
 def engine_imports(path: Path) -> list:
     "The modules of the engine, the practice part or the conformance kit that `path` imports."
-    above = ('appendix', 'practice', 'testing')
+    above = FLOORS[len(LESSONS) :]
     targets = [
         t
         for m, names in imports(path)
@@ -119,9 +122,9 @@ def engine_imports(path: Path) -> list:
 
 
 def test_lessons_import_no_engine():
-    """The lesson parts (rlvr, ot, hara, train) import nothing from the engine (appendix), the
-    practice part or the conformance kit, at any depth (inside functions too)."""
-    lessons = [p for p in PKG.rglob('*.py') if p.parent.name in ('rlvr', 'ot', 'hara', 'train')]
+    """The lesson parts (rlvr, ot, hara, train) import nothing from the parts above them (engine,
+    trainer, methods, bench, practice, the conformance kit), at any depth (inside functions too)."""
+    lessons = [p for p in PKG.rglob('*.py') if p.parent.name in LESSONS]
     assert len(lessons) > 15
     bad = [(module_name(p), t) for p in lessons for t in engine_imports(p)]
     assert bad == [], bad
@@ -129,9 +132,41 @@ def test_lessons_import_no_engine():
 
 def test_the_engine_import_finder_looks_inside_functions(monkeypatch):
     probe = PKG / 'hara' / 'probe.py'  # a lesson module's path; the file is never written
-    src = "def f():\n    from ..appendix.checks import check_mask\nfrom hara_ref import testing\n"
+    src = "def f():\n    from ..engine.checks import check_mask\nfrom hara_ref import testing\n"
     read = Path.read_text
     monkeypatch.setattr(
         Path, 'read_text', lambda p, *a, **k: src if p == probe else read(p, *a, **k)
     )
-    assert sorted(engine_imports(probe)) == ['hara_ref.appendix.checks', 'hara_ref.testing']
+    assert sorted(engine_imports(probe)) == ['hara_ref.engine.checks', 'hara_ref.testing']
+
+
+def part(module: str) -> str:
+    return module.split('.')[1] if module.count('.') >= 2 else ''
+
+
+def test_no_part_imports_a_part_above_it():
+    """Above the lessons, each part imports only the parts on floors below it (or itself): engine <
+    trainer < methods < bench < practice < testing. The trainer reaches the methods only through the
+    hooks it names by string (chapter 40), never by an import."""
+    g = graph()
+    floor = {p: i for i, p in enumerate(FLOORS)}
+    up = [
+        (m, t)
+        for m, targets in g.items()
+        for t in targets
+        if part(m) in floor
+        and part(t) in floor
+        and floor[part(t)] > floor[part(m)]
+        and floor[part(m)] >= len(LESSONS)
+    ]
+    assert up == [], up
+
+
+def test_no_part_holds_more_than_a_third_of_the_package():
+    lines = {}
+    for p in PKG.rglob('*.py'):
+        if p.name != '_modidx.py':
+            key = p.parent.name if p.parent != PKG else ''
+            lines[key] = lines.get(key, 0) + len(p.read_text().splitlines())
+    total = sum(lines.values())
+    assert max(lines.values()) <= total / 3, lines

@@ -1,4 +1,4 @@
-"Property tests for hara_ref.appendix.barycenters (Lemma 3.1, LFGW, the linearized barycenter)."
+"Property tests for hara_ref.engine.barycenters (Lemma 3.1, LFGW, the linearized barycenter)."
 
 import math
 import warnings
@@ -20,9 +20,9 @@ from hara_ref.ot.lfgw import (
     linearized_barycenter_reference,
 )
 from hara_ref.ot.fgw_barycenter import sq_dists
-from hara_ref.appendix.barycenters import linearized_barycenter, group_barycenters, feature_scales
+from hara_ref.engine.barycenters import linearized_barycenter, group_barycenters, feature_scales
 from hara_ref.ot.fgw import normalize_features
-from hara_ref.appendix.sinkhorn import sinkhorn_log
+from hara_ref.engine.sinkhorn import sinkhorn_log
 
 SET = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 f64 = torch.float64
@@ -129,7 +129,7 @@ def test_barycenter_plans_meet_row_marginals_and_fixed_point():
     torch.testing.assert_close(info['plans'].sum(-1), a, rtol=0, atol=1e-12)
     hn = torch.nn.functional.normalize(h, dim=-1) * mask.unsqueeze(-1)
     M = barycenter_cost(lift(hn, chain_positions(mask, f64), 0.25), Z, info['tau_bar'], 0.25)
-    from hara_ref.appendix.sinkhorn import sinkhorn_log
+    from hara_ref.engine.sinkhorn import sinkhorn_log
 
     P = sinkhorn_log(
         a, torch.full((6,), 1 / 6, dtype=f64), M, 0.5, stop_thr=1e-13, num_iter_max=5000
@@ -367,7 +367,7 @@ def test_group_barycenters_with_no_group_returns_no_barycenter(n_groups):
 
 def test_group_barycenters_reports_its_tolerance_and_rounding_floor():
     "A tol below the dtype's resolution is not silently ignored: info says what the stop was."
-    from hara_ref.appendix.barycenters import group_barycenters
+    from hara_ref.engine.barycenters import group_barycenters
 
     g = torch.Generator().manual_seed(0)
     for dtype in (torch.float32, torch.float64):
@@ -381,7 +381,7 @@ def test_group_barycenters_reports_its_tolerance_and_rounding_floor():
 @pytest.mark.float32
 def test_group_barycenters_reports_groups_stopped_at_the_rounding_floor():
     "A group stopped by the rounding floor, not by tol, is named, with its estimated distance."
-    from hara_ref.appendix.barycenters import group_barycenters
+    from hara_ref.engine.barycenters import group_barycenters
 
     g = torch.Generator().manual_seed(0)
     group = torch.tensor([0, 0, 1, 1])  # (N,) two groups

@@ -1,5 +1,5 @@
 """Property tests, cross-checks (reference, `sinkhorn_log`, POT) and failure cases for
-`hara_ref.appendix.newton` (semi-dual Newton)."""
+`hara_ref.engine.newton` (semi-dual Newton)."""
 
 import math
 import warnings
@@ -9,14 +9,14 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 from hara_ref.ot.entropic import semidual_reference
-from hara_ref.appendix.newton import (
+from hara_ref.engine.newton import (
     semidual_newton,
     semidual_point,
     semidual_plan,
     semidual_hessian,
     newton_direction,
 )
-from hara_ref.appendix.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
+from hara_ref.engine.sinkhorn import sinkhorn_log, SinkhornConvergenceWarning
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 # the same random problems; one torch thread (autouse fixture)

@@ -1,5 +1,5 @@
-"""The OT input checks and their checked twins (chapter 44_ot_checks, module
-`hara_ref.appendix.ot_checks`): equal to the lessons' functions on valid input, and every refusal
+"""The OT input checks and their checked twins (chapter 33_ot_checks, module
+`hara_ref.engine.ot_checks`): equal to the lessons' functions on valid input, and every refusal
 reachable from the engine, word for word."""
 
 import warnings
@@ -9,15 +9,15 @@ import torch
 
 from hara_ref.ot.entropic import sinkhorn_reference, semidual_reference
 from hara_ref.ot.fgw import fgw, fgw2, chain_structure, normalize_features, rollout_pair
-from hara_ref.appendix.ot_checks import (
+from hara_ref.engine.ot_checks import (
     checked_sinkhorn_reference,
     checked_semidual_reference,
     checked_fgw,
     checked_normalize_features,
     feature_norms,
 )
-from hara_ref.appendix.sinkhorn import sinkhorn_log
-from hara_ref.appendix.newton import semidual_newton
+from hara_ref.engine.sinkhorn import sinkhorn_log
+from hara_ref.engine.newton import semidual_newton
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 pytestmark = pytest.mark.usefixtures('one_thread')  # tests/conftest.py

@@ -1,5 +1,5 @@
 """Property tests for hara_ref.rlvr.basics (chapter 02_rlvr), and the failure cases of its checked
-twins in hara_ref.appendix.verifier (chapter 43_verifier_engine)."""
+twins in hara_ref.engine.verifier (chapter 39_verifier_engine)."""
 
 import math
 import os
@@ -26,7 +26,7 @@ from hara_ref.rlvr.basics import (
     mean_accuracy,
     mean_pass_at_k,
 )
-from hara_ref.appendix.verifier import (
+from hara_ref.engine.verifier import (
     checked_token_logprobs,
     checked_causal_token_logprobs,
     checked_response_mask,

@@ -1,4 +1,4 @@
-"""Property tests, POT cross-checks and failure cases for `hara_ref.appendix.sinkhorn` (batched
+"""Property tests, POT cross-checks and failure cases for `hara_ref.engine.sinkhorn` (batched
 log-domain Sinkhorn)."""
 
 import warnings
@@ -7,7 +7,7 @@ import ot
 import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
-from hara_ref.appendix.sinkhorn import sinkhorn_log, sinkhorn_log2, SinkhornConvergenceWarning
+from hara_ref.engine.sinkhorn import sinkhorn_log, sinkhorn_log2, SinkhornConvergenceWarning
 from hara_ref.ot.entropic import sinkhorn_naive
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,11 +1,11 @@
 """The stage-recovery study of the exact FGW barycenter: node-to-stage mapping, held-out stage
-recovery, look-alike stages (`hara_ref.appendix.stage_recovery`)."""
+recovery, look-alike stages (`hara_ref.methods.stage_recovery`)."""
 
 import numpy as np
 import pytest
 import torch
 from hara_ref.ot.fgw_barycenter import rollout_barycenter
-from hara_ref.appendix.stage_recovery import (
+from hara_ref.methods.stage_recovery import (
     stage_mapping,
     stage_recovery,
     heldout_recovery,

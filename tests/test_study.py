@@ -9,7 +9,7 @@ import pytest
 
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('MPLBACKEND', 'Agg')
-from hara_ref.appendix.report import (
+from hara_ref.trainer.report import (
     mean_se,
     paired,
     verdict,

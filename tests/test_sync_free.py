@@ -17,14 +17,14 @@ import sys
 from pathlib import Path
 import pytest
 import torch
-import hara_ref.appendix.barycenters as bary
-import hara_ref.appendix.newton as newton
-import hara_ref.appendix.hara_engine as novelty
-from hara_ref.appendix.barycenters import HostReads, group_barycenters
-from hara_ref.appendix.newton import semidual_newton, newton_start, newton_trial
-from hara_ref.appendix.sinkhorn import sinkhorn_log, _setup, _iterate
-from hara_ref.appendix.bench import bench_batch, small_batch
-from hara_ref.appendix.hara_engine import hara_advantages
+import hara_ref.engine.barycenters as bary
+import hara_ref.engine.newton as newton
+import hara_ref.engine.hara_engine as novelty
+from hara_ref.engine.barycenters import HostReads, group_barycenters
+from hara_ref.engine.newton import semidual_newton, newton_start, newton_trial
+from hara_ref.engine.sinkhorn import sinkhorn_log, _setup, _iterate
+from hara_ref.bench.solvers import bench_batch, small_batch
+from hara_ref.engine.hara_engine import hara_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
 from test_sinkhorn import problem
 
@@ -198,7 +198,7 @@ def test_newton_trial_reads_nothing_and_freezes_stopped_problems():
 
 
 def test_a_trial_and_a_sweep_run_as_many_operations_on_any_batch():
-    """On a small batch the time of a call is its count of torch operations (chapter 35_bench): a
+    """On a small batch the time of a call is its count of torch operations (chapter 47_bench): a
     Newton trial and the rest of a sweep run a fixed number of them, whatever the batch, and no
     more than they do now. Counted as the loop runs them, under `torch.inference_mode`."""
     trial, rest = [], []

@@ -32,11 +32,11 @@ import hara_ref
 from hara_ref.testing.vectors import check_cli, check_parser, check_vectors, read_vectors
 from hara_ref.testing.vectors import write_vectors
 from hara_ref.rlvr.grpo import group_advantages, k3_kl
-from hara_ref.appendix.conventions import AGG_MODES, ppo_clip_loss
+from hara_ref.engine.conventions import AGG_MODES, ppo_clip_loss
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.ot.fgw_barycenter import sq_dists
 from hara_ref.hara.weights import hara_weights
-from hara_ref.appendix.hara_engine import hara_novelty, hara_advantages
+from hara_ref.engine.hara_engine import hara_novelty, hara_advantages
 from hara_ref.practice.cli import main
 
 VECTORS = Path(__file__).parent / 'vectors'

@@ -18,8 +18,8 @@ from hara_ref.train.policy import (
     policy_forward,
     pad_id,
 )
-from hara_ref.appendix.loop import TrainConfig, credit_advantages, ppo_update
-from hara_ref.appendix.loop import (
+from hara_ref.trainer.loop import TrainConfig, credit_advantages, ppo_update
+from hara_ref.trainer.loop import (
     train_run,
     save_policy,
     load_policy,
@@ -28,7 +28,7 @@ from hara_ref.appendix.loop import (
 )
 from hara_ref.train.sft import builtin_items, evaluate, sft
 from hara_ref.practice.cli import train_cli
-from hara_ref.appendix.verifier import rounding_tol
+from hara_ref.engine.verifier import rounding_tol
 from hara_ref.rlvr.basics import exact_match_reward
 
 torch.set_num_threads(1)
@@ -239,24 +239,22 @@ def test_sft_learns_the_format(tok):
     reason='peak_rss_mib reads ru_maxrss in KiB and sets glibc malloc',
 )
 def test_chunked_scoring_keeps_peak_memory_down_at_qwen3_vocab():
-    """Chapter 36's peak-memory probe: at Qwen3's vocabulary, scoring 4 x 64 tokens in chunks of 32
+    """Chapter 48's peak-memory probe: at Qwen3's vocabulary, scoring 4 x 64 tokens in chunks of 32
     grows the peak RSS by under half of one copy of the full (B, T, V) float32 logits (the
     unchunked call holds at least one)."""
-    from hara_ref.appendix.scale import peak_rss_mib
+    from hara_ref.bench.scale import peak_rss_mib
 
     one_copy = 4 * 64 * 151_936 * 4 / 2**20  # MiB
     assert peak_rss_mib(4, 64, chunk_tokens=32) < one_copy / 2
 
 
 def test_committed_memory_table_backs_chapter_36():
-    """Chapter 36 prints its memory numbers from `results/memory.json`, and says what they show: the
+    """Chapter 48 prints its memory numbers from `results/memory.json`, and says what they show: the
     chunked peak stays near one chunk's few (256, V) tensors while the unchunked one grows with
     B x T (16 x 128: over 8 times the chunked peak)."""
     from pathlib import Path
 
-    mem = json.loads(
-        (Path(__file__).parent.parent / 'nbs/6_appendix/results/memory.json').read_text()
-    )
+    mem = json.loads((Path(__file__).parent.parent / 'nbs/results/memory.json').read_text())
     rows = mem['tables'][0]['rows']  # B × T, gradients, unchunked MiB, chunked MiB
     mib = lambda s: float(s.replace(',', ''))
     chunked = [mib(r[3]) for r in rows]
@@ -266,11 +264,11 @@ def test_committed_memory_table_backs_chapter_36():
 
 
 def test_hara_share_in_train_results_is_what_18_and_the_front_page_read():
-    "Chapter 45 and the front page read HARA's share of a step from `results/train.json`."
+    "Chapter 40 and the front page read HARA's share of a step from `results/train.json`."
     from pathlib import Path
 
     root = Path(__file__).parent.parent
-    train = json.loads((root / 'nbs/6_appendix/results/train.json').read_text())
+    train = json.loads((root / 'nbs/results/train.json').read_text())
     row = next(r for r in train['tables'][0]['rows'] if r[0] == 'grpo+hara-tok')
     share = row[-1]  # e.g. '46 ± 1 %'
     assert share.endswith('%') and 0 < float(share.split()[0]) < 100
@@ -312,8 +310,8 @@ def test_chunked_scoring_equals_unchunked_at_qwen3_vocab(tok, chunk):
 
 def test_train_flags_come_from_the_configs():
     from hara_ref.practice.cli import train_parser
-    from hara_ref.appendix.loop import TrainConfig
-    from hara_ref.appendix.experiment import ExperimentConfig
+    from hara_ref.trainer.loop import TrainConfig
+    from hara_ref.trainer.experiment import ExperimentConfig
 
     p = train_parser()
     assert (

@@ -11,7 +11,7 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 os.environ.setdefault('TRANSFORMERS_OFFLINE', '1')
 os.environ.setdefault('MPLBACKEND', 'Agg')
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
-from hara_ref.appendix.loop import save_policy, load_policy, read_jsonl
+from hara_ref.trainer.loop import save_policy, load_policy, read_jsonl
 from hara_ref.practice.cli import train_cli
 
 
@@ -250,7 +250,7 @@ def test_resume_names_a_damaged_json_file(finished, capsys, name, msg):
 def test_run_threads_gives_back_what_it_found():
     "Thread count, denormal flushing (on or off) and progress bars come back after the block."
     from transformers.utils import logging as hf_logging
-    from hara_ref.appendix.experiment import run_threads, flushes_denormals
+    from hara_ref.trainer.experiment import run_threads, flushes_denormals
 
     threads, bars = torch.get_num_threads(), hf_logging.is_progress_bar_enabled()
     for flush, bar in ((True, True), (False, False), (False, True)):

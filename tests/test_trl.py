@@ -21,12 +21,12 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 from trl import GRPOConfig, GRPOTrainer
-from hara_ref.appendix.hara_engine import hara_advantages, reweight_advantages
+from hara_ref.engine.hara_engine import hara_advantages, reweight_advantages
 from hara_ref.hara.baselines import token_entropy
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
-from hara_ref.appendix.loop import save_policy
+from hara_ref.trainer.loop import save_policy
 from hara_ref.practice.cli import train_cli
-from hara_ref.appendix.verifier import rounding_tol
+from hara_ref.engine.verifier import rounding_tol
 from hara_ref.practice.trl import (
     HaraConfig,
     HaraGRPOTrainer,
@@ -429,7 +429,7 @@ def test_hara_ref_train_engine_trl(tmp_path, capsys):
     'extra, msg', [(['--method', 'rloo'], 'not a TRL loss'), (['--resume'], '--resume')]
 )
 def test_engine_trl_refuses_what_it_cannot_do(tmp_path, capsys, extra, msg):
-    from hara_ref.appendix.loop import BASE_METHODS
+    from hara_ref.trainer.loop import BASE_METHODS
 
     if 'rloo' in extra and 'rloo' not in BASE_METHODS:
         pytest.skip('no rloo method in this version of the trainer')
@@ -440,7 +440,7 @@ def test_engine_trl_refuses_what_it_cannot_do(tmp_path, capsys, extra, msg):
 def test_trl_run_refuses_a_folder_that_holds_a_run(tmp_path):
     "The TRL engine never deletes results: a run folder with metrics.jsonl is refused and kept."
     from hara_ref.practice.trl_train import train_run_trl
-    from hara_ref.appendix.loop import TrainConfig
+    from hara_ref.trainer.loop import TrainConfig
 
     d, row = tmp_path / 'grpo-s0', '{"kind": "eval", "step": 0}\n'
     d.mkdir()

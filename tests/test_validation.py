@@ -7,18 +7,18 @@ import numpy as np
 import pytest
 import torch
 
-from hara_ref.appendix.checks import check_scalar, span_ids
+from hara_ref.engine.checks import check_scalar, span_ids
 from hara_ref.ot.fgw import normalize_features
-from hara_ref.appendix.ot_checks import checked_normalize_features
-from hara_ref.appendix.barycenters import feature_scales
-from hara_ref.appendix.hara_engine import checked_hara_weights
-from hara_ref.appendix.hara_engine import (
+from hara_ref.engine.ot_checks import checked_normalize_features
+from hara_ref.engine.barycenters import feature_scales
+from hara_ref.engine.hara_engine import checked_hara_weights
+from hara_ref.engine.hara_engine import (
     hara_advantages,
     reweight_advantages,
     REWEIGHTS,
     hara_novelty,
 )
-from hara_ref.appendix.baselines import (
+from hara_ref.engine.baselines import (
     shear_weights,
     checked_entropy_weights,
     checked_position_weights,

@@ -12,13 +12,16 @@ import time
 import torch
 
 try:
-    from hara_ref.appendix.hara_engine import hara_advantages
-except ImportError:  # a checkout from before the engine chapters
-    from hara_ref.hara.weights import hara_advantages
+    from hara_ref.engine.hara_engine import hara_advantages
+except ImportError:  # a checkout from before the engine's own part
+    try:
+        from hara_ref.appendix.hara_engine import hara_advantages
+    except ImportError:  # a checkout from before the engine chapters
+        from hara_ref.hara.weights import hara_advantages
 
 
 def small_batch(seed=1, dtype=torch.float32):
-    "`hara_ref.appendix.bench.small_batch`'s batch (tests/test_sync_free.py checks they agree)."
+    "`hara_ref.bench.solvers.small_batch`'s batch (tests/test_sync_free.py checks they agree)."
     g = torch.Generator().manual_seed(seed)
     hidden = torch.randn(8, 12, 16, generator=g, dtype=dtype)  # (B, L, d)
     rewards = torch.tensor([1.0] * 4 + [0.0] * 4, dtype=dtype)  # (B,)

@@ -236,7 +236,10 @@ PARTS = {
     '3_hara': 'III. HARA',
     '4_train': 'IV. Training',
     '5_practice': 'V. In practice',
-    '6_appendix': 'Appendix',
+    '6_engine': 'VI. The engine',
+    '7_trainer': 'VII. The trainer',
+    '8_methods': 'VIII. Other methods',
+    '9_bench': 'IX. Measurements',
 }
 PART_OF = {}  # page name -> its part folder, filled by `build`
 

@@ -165,8 +165,8 @@ TRAIN_FLAGS = dict(
 
 def train_parser() -> argparse.ArgumentParser:
     "The flags of `hara-ref train`, generated from `ExperimentConfig` and `TrainConfig`."
-    from hara_ref.appendix.experiment import ExperimentConfig
-    from hara_ref.appendix.loop import TrainConfig
+    from hara_ref.trainer.experiment import ExperimentConfig
+    from hara_ref.trainer.loop import TrainConfig
 
     p = argparse.ArgumentParser(
         prog='hara-ref train',
@@ -208,7 +208,7 @@ def _check_paths(ex):
     "The model folder is whole, the data reads, the device exists (FileNotFoundError / ValueError)."
     import torch
     from hara_ref.train.sft import load_jsonl
-    from hara_ref.appendix.loop import checkpoint_problem
+    from hara_ref.trainer.loop import checkpoint_problem
 
     if ex.model and not (Path(ex.model) / 'config.json').exists():
         raise FileNotFoundError(f"--model {ex.model!r}: no checkpoint (config.json) there")
@@ -223,8 +223,8 @@ def _check_paths(ex):
 def configs_from_args(args) -> tuple:
     """Validate parsed flags and build (ExperimentConfig, TrainConfig); raises
     ValueError/FileNotFoundError before any work."""
-    from hara_ref.appendix.experiment import ExperimentConfig
-    from hara_ref.appendix.loop import TrainConfig
+    from hara_ref.trainer.experiment import ExperimentConfig
+    from hara_ref.trainer.loop import TrainConfig
 
     v, dest = vars(args), lambda n: TRAIN_FLAGS['rename'].get(n, n)
     kw_ex = {f.name: v[dest(f.name)] for f in dataclasses.fields(ExperimentConfig)}
@@ -243,7 +243,7 @@ def configs_from_args(args) -> tuple:
     except ValueError as e:
         raise ValueError(as_flags(str(e), [*kw_ex, *kw_tr])) from None
     _check_paths(ex)
-    from hara_ref.appendix.experiment import experiment_plan, check_start
+    from hara_ref.trainer.experiment import experiment_plan, check_start
 
     try:  # a fresh run never writes over results; TRL's engine cannot resume (it says so)
         experiment_plan(ex, cfg) if ex.engine == 'ours' or not ex.resume else check_start(ex, cfg)
@@ -254,8 +254,8 @@ def configs_from_args(args) -> tuple:
 # %% ../../nbs/5_practice/27_cli.ipynb #clihook2
 def hooks_for(*cfgs) -> dict:
     """The hooks these `TrainConfig`s need: HP-RLVR's step, HORA's rollouts (`need_hook`, chapter
-    45_loop)."""
-    from hara_ref.appendix import hora, hp_rlvr
+    40_loop)."""
+    from hara_ref.methods import hora, hp_rlvr
 
     hp = any(c.method == 'hp-rlvr' for c in cfgs)
     return {
@@ -282,13 +282,13 @@ def train_cli(argv: list | None = None) -> int:
         from hara_ref.practice.trl_train import train_cli_trl
 
         return train_cli_trl(ex, cfg)
-    from hara_ref.appendix.experiment import (
+    from hara_ref.trainer.experiment import (
         run_variants,
         experiment_variants,
         variant_name,
         run_threads,
     )
-    from hara_ref.appendix.results import finish_experiment
+    from hara_ref.trainer.results import finish_experiment
 
     t0 = time.time()
     print(

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from trl import GRPOTrainer  # absolute import: the installed TRL package, not this module
 from trl.models.utils import disable_gradient_checkpointing
-from hara_ref.appendix.hara_engine import (
+from hara_ref.engine.hara_engine import (
     REWEIGHTS,
     hara_advantages,
     hara_novelty,
@@ -24,8 +24,8 @@ from hara_ref.appendix.hara_engine import (
     reweight_advantages,
 )
 from ..hara.rollouts import step_boundaries, outcome_groups
-from ..appendix.checks import check_scalar
-from ..appendix.baselines import shear_weights, entropy_advantages, position_advantages
+from ..engine.checks import check_scalar
+from ..engine.baselines import shear_weights, entropy_advantages, position_advantages
 
 # %% auto #0
 __all__ = ['PASSED', 'AS_FIELD', 'BASELINE_FN', 'HaraConfig', 'dict_field', 'ids_or_names', 'kw_target', 'check_options',

@@ -25,7 +25,7 @@ TRL_LOSS = {'grpo': 'grpo', 'drgrpo': 'dr_grpo', 'dapo': 'dapo'}
 
 def hara_config_of(cfg):
     """The `HaraConfig` of a `TrainConfig`: the same knobs and optional iteration caps as chapter
-    45_loop's `credit_advantages`."""
+    40_loop's `credit_advantages`."""
     from hara_ref.practice.trl import HaraConfig
 
     cap = {} if cfg.plan_iters is None else dict(plan_kw=dict(num_iter_max=cfg.plan_iters))
@@ -124,7 +124,7 @@ def metrics_callback(run_dir, tag: dict, k: int, eval_fn, eval_every: int, bar=N
     """A `TrainerCallback` writing our `metrics.jsonl` rows: one 'train' row per RL step (k
     optimizer steps), 'eval' rows every `eval_every`."""
     from transformers import TrainerCallback
-    from hara_ref.appendix.loop import append_jsonl
+    from hara_ref.trainer.loop import append_jsonl
 
     class Rows(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
@@ -183,10 +183,10 @@ def train_run_trl(
     hooks: dict | None = None,  # (TRL runs no extension: no HP-RLVR, no HORA)
 ) -> list:
     """One seeded run of `HaraGRPOTrainer` from `init_path`, written like
-    `hara_ref.appendix.loop.train_run` (metrics.jsonl, final/); an engine of `run_variants`."""
+    `hara_ref.trainer.loop.train_run` (metrics.jsonl, final/); an engine of `run_variants`."""
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
-    from hara_ref.appendix.loop import append_jsonl, load_policy, progress_bar
-    from hara_ref.appendix.loop import read_jsonl, save_policy
+    from hara_ref.trainer.loop import append_jsonl, load_policy, progress_bar
+    from hara_ref.trainer.loop import read_jsonl, save_policy
     from hara_ref.train.sft import evaluate
     from hara_ref.practice.trl import HaraGRPOTrainer
 
@@ -243,13 +243,13 @@ def train_run_trl(
 def train_cli_trl(ex, cfg) -> int:
     """`hara-ref train --engine trl`: the experiment of `hara-ref train` (SFT once, every variant
     and seed) through `HaraGRPOTrainer`."""
-    from hara_ref.appendix.experiment import (
+    from hara_ref.trainer.experiment import (
         run_variants,
         experiment_variants,
         variant_name,
         run_threads,
     )
-    from hara_ref.appendix.results import finish_experiment
+    from hara_ref.trainer.results import finish_experiment
 
     bad = (
         "--resume is not supported"
@@ -294,8 +294,8 @@ def timing_results(
     threads: str,  # the thread layout of each engine
 ) -> dict:
     "Seconds per RL step and HARA's share of the HARA-tok step per engine; `write_results`."
-    from hara_ref.appendix.loop import read_json
-    from hara_ref.appendix.results import write_results
+    from hara_ref.trainer.loop import read_json
+    from hara_ref.trainer.results import write_results
 
     rows = []
     for label, d in runs.items():

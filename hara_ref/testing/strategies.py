@@ -8,7 +8,7 @@ import inspect
 import math
 import torch
 from hypothesis import strategies as st
-from ..appendix.checks import check_scalar
+from ..engine.checks import check_scalar
 from ..ot.fgw import chain_positions
 from ..ot.lfgw import chain_tau_bar
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from ..appendix.checks import check_scalar
+from ..engine.checks import check_scalar
 from .strategies import LAYOUTS, SPECS, build_case, case_flags, case_specs
-from ..appendix.conventions import AGG_MODES
+from ..engine.conventions import AGG_MODES
 from hara_ref.testing import (
     GRPO_CONVENTIONS,
     QUANTITIES,
