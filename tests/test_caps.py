@@ -16,7 +16,7 @@ from hara_ref.ot.fgw import fgw, fgw2, rollout_pair
 from hara_ref.ot.fgw_barycenter import fgw_barycenter
 from hara_ref.ot.fgw import chain_structure
 from hara_ref.engine.barycenters import group_barycenters
-from hara_ref.engine.hara_engine import _cap_notes
+from hara_ref.engine.novelty import _cap_notes
 from hara_ref.engine.baselines import shear_weights, shear_advantages
 from hara_ref.rlvr.data import planted_stage_rollouts
 
@@ -59,7 +59,7 @@ def test_sinkhorn_reference_cap(dtype):
 
 @pytest.mark.parametrize('solve', [checked_sinkhorn_reference, checked_semidual_reference])
 def test_reference_solvers_refuse_unequal_totals(solve):
-    "The reference solvers' checked twins (chapter 33_ot_checks) refuse unequal totals."
+    "The reference solvers' checked twins (chapter 36_ot_checks) refuse unequal totals."
     a, b, M = planted_problem()
     with pytest.raises(ValueError, match=r'a sums in \[1, 1\], b sums in \[1\.5, 1\.5\]'):
         solve(a, 1.5 * b, M, 0.05)

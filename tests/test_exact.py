@@ -1,11 +1,12 @@
-"""Exact FGW barycenters inside HARA (chapter 32_exact): weights, relative novelty, the objective
+"""Exact FGW barycenters inside HARA (chapter 35_exact): weights, relative novelty, the objective
 against the linearized Z, dtypes, bad input."""
 
 import pytest
 import torch
 
 from hara_ref.engine.exact import exact_group_barycenters, barycenter_objective
-from hara_ref.engine.hara_engine import hara_advantages, hara_novelty, BARY_DEFAULTS
+from hara_ref.engine.hara_engine import hara_advantages
+from hara_ref.engine.novelty import hara_novelty, BARY_DEFAULTS
 from hara_ref.engine.barycenters import group_barycenters
 from hara_ref.rlvr.data import planted_stage_rollouts
 

@@ -1,4 +1,4 @@
-"""The geometric group reference (chapters 11_rollouts, 12_novelty, 38_hara_engine, 35_checks):
+"""The geometric group reference (chapters 11_rollouts, 12_novelty, 42_hara_engine, 38_checks):
 HARA's advantages do not change under rotations of the hidden space; exact cases; agreement with a
 brute-force minimisation; caps."""
 

@@ -1,5 +1,5 @@
 """Property tests, trainer cross-checks and failure cases for hara_ref.rlvr.grpo (chapter 04_grpo)
-and hara_ref.engine.conventions (chapter 36_trainer_conventions).
+and hara_ref.engine.conventions (chapter 39_trainer_conventions).
 
 The numpy functions below re-implement, independently of hara_ref, the formulas read in TRL
 `trl/trainer/grpo_trainer.py` (`_generate_and_score_completions`, `_compute_loss`) and verl

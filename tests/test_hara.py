@@ -1,5 +1,5 @@
 """Property, cross-check and bad-input tests for HARA's novelty and weights (chapters 12_novelty,
-13_hara, 38_hara_engine) and the baselines (14_baselines)."""
+13_hara, 42_hara_engine) and the baselines (14_baselines)."""
 
 import math
 import re
@@ -9,12 +9,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st, HealthCheck
 
-from hara_ref.engine.hara_engine import (
-    hara_advantages,
-    reweight_advantages,
-    REWEIGHTS,
-    hara_novelty,
-)
+from hara_ref.engine.hara_engine import hara_advantages, reweight_advantages, REWEIGHTS
+from hara_ref.engine.novelty import hara_novelty
 from hara_ref.hara.novelty import relative_novelty
 from hara_ref.hara.rollouts import span_ids, outcome_groups, pack_slots
 from hara_ref.ot.lfgw import lifted_cost
@@ -29,14 +25,14 @@ SETTINGS = settings(max_examples=8, deadline=None, suppress_health_check=[Health
 # Fixed iteration counts (outer and inner, per-item Sinkhorn stopping in float64): then a rollout's
 # numbers do not
 # depend on which other groups share the batch, up to rounding. `group_barycenters` (chapter
-# 31_barycenters) also stops each outcome group
+# 34_barycenters) also stops each outcome group
 # on its own `tol`, so packing is invariant with the defaults too
 # (`test_padding_and_packing_change_nothing_default_tol`).
 EXACT = dict(bary_kw=dict(max_iter=3, tol=0.0, inner_rtol=0.0, stop_thr=1e-10, inner_iter=200))
 # Properties that hold at any iterate (bounds, padding) are checked on a short solve: random tiny
 # batches have no
 # structure and the converged barycenter takes hundreds of iterations there (chapter
-# 31_barycenters), which the default-tolerance
+# 34_barycenters), which the default-tolerance
 # and convergence tests below cover.
 SHORT = dict(bary_kw=dict(max_iter=30, tol=1e-3))
 
@@ -675,7 +671,7 @@ def test_shear_shrinks_every_advantage_on_the_worked_example():
 
 
 def test_worked_example_weights_stay_near_one_off_the_novel_stages():
-    """Chapter 38's worked example, per token: the 14 rollouts without a novel stage stay within
+    """Chapter 42's worked example, per token: the 14 rollouts without a novel stage stay within
     0.15 of 1; rollouts 2 and 11 get the clip on their novel stage."""
     hidden, mask, rewards, stages = worked_example()
     _, rw = hara_advantages(hidden, mask, rewards, torch.zeros(16, dtype=torch.long))

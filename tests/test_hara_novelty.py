@@ -1,5 +1,5 @@
 """Novelty relative to the group, converged defaults, notes and warnings on caps, and bad input in
-the oracle path (chapters 11_rollouts, 12_novelty, 13_hara, 38_hara_engine, 35_checks)."""
+the oracle path (chapters 11_rollouts, 12_novelty, 13_hara, 42_hara_engine, 38_checks)."""
 
 import warnings
 import numpy as np
@@ -12,12 +12,8 @@ from hara_ref.hara.novelty import (
     version_excess,
     relative_to_group,
 )
-from hara_ref.engine.hara_engine import (
-    hara_advantages,
-    hara_novelty,
-    BARY_DEFAULTS,
-    PLAN_DEFAULTS,
-)
+from hara_ref.engine.hara_engine import hara_advantages
+from hara_ref.engine.novelty import hara_novelty, BARY_DEFAULTS, PLAN_DEFAULTS
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.hara.rollouts import group_median, group_mean, outcome_groups
 from hara_ref.engine.checks import group_geometric_median

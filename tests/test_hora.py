@@ -1,4 +1,4 @@
-"""Property tests, cross-checks and failure cases for hara_ref.methods.hora (chapter 44_hora): hit
+"""Property tests, cross-checks and failure cases for hara_ref.methods.hora (chapter 49_hora): hit
 utility, greedy allocation, the trainer hook."""
 
 import itertools
@@ -26,7 +26,7 @@ from hara_ref.methods.hora import (
 from hara_ref.practice.commands import hora_variants, compare_hora_cli
 import numpy as np
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
-from hara_ref.trainer.loop import TrainConfig
+from hara_ref.trainer.step import TrainConfig
 from hara_ref.trainer.loop import read_jsonl
 from hara_ref.practice.cli import train_cli, train_parser, configs_from_args
 

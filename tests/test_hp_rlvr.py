@@ -1,5 +1,5 @@
 """Property tests, cross-checks and failure cases for hara_ref.methods.hp_rlvr (chapter
-45_hp_rlvr): hindsight weights, historical baseline, the trainer step."""
+50_hp_rlvr): hindsight weights, historical baseline, the trainer step."""
 
 import math
 import os
@@ -27,7 +27,7 @@ from hara_ref.methods.hp_rlvr import (
 from hara_ref.practice.commands import hp_variants, compare_hp_cli
 from hara_ref.train.policy import char_tokenizer, tiny_qwen3
 from hara_ref.engine.verifier import rounding_tol
-from hara_ref.trainer.loop import TrainConfig, rl_step
+from hara_ref.trainer.step import TrainConfig, rl_step
 from hara_ref.trainer.loop import read_jsonl, load_trainer_state
 from hara_ref.practice.cli import train_cli, train_parser, configs_from_args
 

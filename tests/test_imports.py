@@ -147,7 +147,7 @@ def part(module: str) -> str:
 def test_no_part_imports_a_part_above_it():
     """Above the lessons, each part imports only the parts on floors below it (or itself): engine <
     trainer < methods < bench < practice < testing. The trainer reaches the methods only through the
-    hooks it names by string (chapter 40), never by an import."""
+    hooks it names by string (chapter 44), never by an import."""
     g = graph()
     floor = {p: i for i, p in enumerate(FLOORS)}
     up = [

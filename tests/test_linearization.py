@@ -20,7 +20,8 @@ from hara_ref.ot.lfgw import (
     linearized_barycenter_reference,
 )
 from hara_ref.ot.fgw_barycenter import sq_dists
-from hara_ref.engine.barycenters import linearized_barycenter, group_barycenters, feature_scales
+from hara_ref.engine.barycenters import linearized_barycenter, group_barycenters
+from hara_ref.engine.bary_steps import feature_scales
 from hara_ref.ot.fgw import normalize_features
 from hara_ref.engine.sinkhorn import sinkhorn_log
 

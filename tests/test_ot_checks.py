@@ -1,4 +1,4 @@
-"""The OT input checks and their checked twins (chapter 33_ot_checks, module
+"""The OT input checks and their checked twins (chapter 36_ot_checks, module
 `hara_ref.engine.ot_checks`): equal to the lessons' functions on valid input, and every refusal
 reachable from the engine, word for word."""
 

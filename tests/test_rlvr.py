@@ -1,5 +1,5 @@
 """Property tests for hara_ref.rlvr.basics (chapter 02_rlvr), and the failure cases of its checked
-twins in hara_ref.engine.verifier (chapter 39_verifier_engine)."""
+twins in hara_ref.engine.verifier (chapter 43_verifier_engine)."""
 
 import math
 import os

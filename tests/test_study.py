@@ -135,7 +135,7 @@ def test_quick_study_end_to_end_and_resume(tmp_path, capsys):
 
 
 def test_committed_full_study_reports_every_run():
-    """The results chapter 26_study shows: every cell of the grid, at least 5 seeds each, complete
+    """The results chapter 28_study shows: every cell of the grid, at least 5 seeds each, complete
     runs, and the tables built from them."""
     root = Path(__file__).resolve().parent.parent / 'nbs' / '5_practice' / 'study'
     res = json.loads((root / 'results.json').read_text())

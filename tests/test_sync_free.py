@@ -1,7 +1,7 @@
 """The barycenter, Newton and Sinkhorn iterations read nothing back to the host between two checks,
 and the check interval changes no number.
 
-What `HostReads` (chapter 31_barycenters) can see on CPU tensors, and so what these tests count:
+What `HostReads` (chapter 34_barycenters) can see on CPU tensors, and so what these tests count:
 scalar reads (`.item()`, `float()`, `int()`, `bool()` of a tensor: `aten._local_scalar_dense`),
 `nonzero`, `masked_select`, `unique`, boolean indexing (`aten.index` / `index_put_` with a bool
 index), the error checks of `torch.linalg.solve`/`cholesky` (`_linalg_check_errors`), and
@@ -20,7 +20,8 @@ import torch
 import hara_ref.engine.barycenters as bary
 import hara_ref.engine.newton as newton
 import hara_ref.engine.hara_engine as novelty
-from hara_ref.engine.barycenters import HostReads, group_barycenters
+from hara_ref.engine.bary_steps import HostReads
+from hara_ref.engine.barycenters import group_barycenters
 from hara_ref.engine.newton import semidual_newton, newton_start, newton_trial
 from hara_ref.engine.sinkhorn import sinkhorn_log, _setup, _iterate
 from hara_ref.bench.solvers import bench_batch, small_batch
@@ -53,10 +54,10 @@ def planted_record(anderson=0, device='cpu', copies=1):
     h, mask = h.repeat(copies, 1, 1), mask.repeat(copies, 1)
     group = torch.cat([group + 4 * k for k in range(copies)])
     h, mask, group = h.to(device), mask.to(device), group.to(device)
-    group, Y = bary._checked_groups(h, mask, group, None, 0.25, 'newton')
+    group, Y = bary.check_group_inputs(h, mask, group, None, 0.25, 'newton')
     settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
     settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS, adapt=True)
-    bar = bary._problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
+    bar = bary.barycenter_problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
     bary._first_iterate(bar, anderson)
     return bar
 
@@ -198,7 +199,7 @@ def test_newton_trial_reads_nothing_and_freezes_stopped_problems():
 
 
 def test_a_trial_and_a_sweep_run_as_many_operations_on_any_batch():
-    """On a small batch the time of a call is its count of torch operations (chapter 47_bench): a
+    """On a small batch the time of a call is its count of torch operations (chapter 52_bench): a
     Newton trial and the rest of a sweep run a fixed number of them, whatever the batch, and no
     more than they do now. Counted as the loop runs them, under `torch.inference_mode`."""
     trial, rest = [], []

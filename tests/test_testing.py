@@ -36,7 +36,8 @@ from hara_ref.engine.conventions import AGG_MODES, ppo_clip_loss
 from hara_ref.ot.lfgw import lifted_cost
 from hara_ref.ot.fgw_barycenter import sq_dists
 from hara_ref.hara.weights import hara_weights
-from hara_ref.engine.hara_engine import hara_novelty, hara_advantages
+from hara_ref.engine.novelty import hara_novelty
+from hara_ref.engine.hara_engine import hara_advantages
 from hara_ref.practice.cli import main
 
 VECTORS = Path(__file__).parent / 'vectors'
@@ -728,7 +729,7 @@ def test_trl_layout_needs_no_adapter(capsys):
 def test_trl_own_code_conforms_to_its_conventions():
     "TRL's lines, unchanged: 'group' conforms to 'trl', 'batch' to 'trl_batch' (float32, bf16)."
     pytest.importorskip('trl')
-    from hara_ref.testing.vectors import trl_source_advantages
+    from hara_ref.testing.trainers import trl_source_advantages
 
     low = dict(dtypes=('float32', 'bfloat16'))
     for layout in (dict(layout='trl'), dict(equal_groups=True)):
@@ -927,7 +928,7 @@ def test_verl_transcribed_conforms_to_its_conventions():
 )
 def test_verl_own_code_read_from_the_installed_verl():
     "verl's own files, run unchanged (verl_source): the same conventions as the transcription."
-    from hara_ref.testing.vectors import verl_source_advantages, verl_source_loss
+    from hara_ref.testing.trainers import verl_source_advantages, verl_source_loss
 
     assert_conforms(verl_source_advantages(), 'grpo_advantages', convention='verl')
     for agg in AGG_MODES:

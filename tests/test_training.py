@@ -18,7 +18,7 @@ from hara_ref.train.policy import (
     policy_forward,
     pad_id,
 )
-from hara_ref.trainer.loop import TrainConfig, credit_advantages, ppo_update
+from hara_ref.trainer.step import TrainConfig, credit_advantages, ppo_update
 from hara_ref.trainer.loop import (
     train_run,
     save_policy,
@@ -239,7 +239,7 @@ def test_sft_learns_the_format(tok):
     reason='peak_rss_mib reads ru_maxrss in KiB and sets glibc malloc',
 )
 def test_chunked_scoring_keeps_peak_memory_down_at_qwen3_vocab():
-    """Chapter 48's peak-memory probe: at Qwen3's vocabulary, scoring 4 x 64 tokens in chunks of 32
+    """Chapter 53's peak-memory probe: at Qwen3's vocabulary, scoring 4 x 64 tokens in chunks of 32
     grows the peak RSS by under half of one copy of the full (B, T, V) float32 logits (the
     unchunked call holds at least one)."""
     from hara_ref.bench.scale import peak_rss_mib
@@ -249,7 +249,7 @@ def test_chunked_scoring_keeps_peak_memory_down_at_qwen3_vocab():
 
 
 def test_committed_memory_table_backs_chapter_36():
-    """Chapter 48 prints its memory numbers from `results/memory.json`, and says what they show: the
+    """Chapter 53 prints its memory numbers from `results/memory.json`, and says what they show: the
     chunked peak stays near one chunk's few (256, V) tensors while the unchunked one grows with
     B x T (16 x 128: over 8 times the chunked peak)."""
     from pathlib import Path
@@ -264,7 +264,7 @@ def test_committed_memory_table_backs_chapter_36():
 
 
 def test_hara_share_in_train_results_is_what_18_and_the_front_page_read():
-    "Chapter 40 and the front page read HARA's share of a step from `results/train.json`."
+    "Chapter 44 and the front page read HARA's share of a step from `results/train.json`."
     from pathlib import Path
 
     root = Path(__file__).parent.parent
@@ -310,7 +310,7 @@ def test_chunked_scoring_equals_unchunked_at_qwen3_vocab(tok, chunk):
 
 def test_train_flags_come_from_the_configs():
     from hara_ref.practice.cli import train_parser
-    from hara_ref.trainer.loop import TrainConfig
+    from hara_ref.trainer.step import TrainConfig
     from hara_ref.trainer.experiment import ExperimentConfig
 
     p = train_parser()

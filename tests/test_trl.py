@@ -27,14 +27,13 @@ from hara_ref.train.policy import char_tokenizer, tiny_qwen3
 from hara_ref.trainer.loop import save_policy
 from hara_ref.practice.cli import train_cli
 from hara_ref.engine.verifier import rounding_tol
-from hara_ref.practice.trl import (
+from hara_ref.practice.trl_config import (
     HaraConfig,
-    HaraGRPOTrainer,
     oracle_advantages,
     rollout_labels,
-    completion_hidden,
     sep_token_ids,
 )
+from hara_ref.practice.trl import HaraGRPOTrainer, completion_hidden
 
 ROOT = Path(__file__).resolve().parents[1]
 # a small CPU budget for the barycenter
@@ -429,7 +428,7 @@ def test_hara_ref_train_engine_trl(tmp_path, capsys):
     'extra, msg', [(['--method', 'rloo'], 'not a TRL loss'), (['--resume'], '--resume')]
 )
 def test_engine_trl_refuses_what_it_cannot_do(tmp_path, capsys, extra, msg):
-    from hara_ref.trainer.loop import BASE_METHODS
+    from hara_ref.trainer.step import BASE_METHODS
 
     if 'rloo' in extra and 'rloo' not in BASE_METHODS:
         pytest.skip('no rloo method in this version of the trainer')
@@ -440,7 +439,7 @@ def test_engine_trl_refuses_what_it_cannot_do(tmp_path, capsys, extra, msg):
 def test_trl_run_refuses_a_folder_that_holds_a_run(tmp_path):
     "The TRL engine never deletes results: a run folder with metrics.jsonl is refused and kept."
     from hara_ref.practice.trl_train import train_run_trl
-    from hara_ref.trainer.loop import TrainConfig
+    from hara_ref.trainer.step import TrainConfig
 
     d, row = tmp_path / 'grpo-s0', '{"kind": "eval", "step": 0}\n'
     d.mkdir()

@@ -10,14 +10,10 @@ import torch
 from hara_ref.engine.checks import check_scalar, span_ids
 from hara_ref.ot.fgw import normalize_features
 from hara_ref.engine.ot_checks import checked_normalize_features
-from hara_ref.engine.barycenters import feature_scales
+from hara_ref.engine.bary_steps import feature_scales
 from hara_ref.engine.hara_engine import checked_hara_weights
-from hara_ref.engine.hara_engine import (
-    hara_advantages,
-    reweight_advantages,
-    REWEIGHTS,
-    hara_novelty,
-)
+from hara_ref.engine.hara_engine import hara_advantages, reweight_advantages, REWEIGHTS
+from hara_ref.engine.novelty import hara_novelty
 from hara_ref.engine.baselines import (
     shear_weights,
     checked_entropy_weights,

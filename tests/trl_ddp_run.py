@@ -14,7 +14,8 @@ from datasets import Dataset
 from transformers import AutoTokenizer, AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 from trl import GRPOConfig
-from hara_ref.practice.trl import HaraGRPOTrainer, HaraConfig, gather_rows
+from hara_ref.practice.trl import HaraGRPOTrainer, gather_rows
+from hara_ref.practice.trl_config import HaraConfig
 from hara_ref.train.policy import sample
 
 

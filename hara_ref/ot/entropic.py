@@ -72,7 +72,7 @@ def sinkhorn_reference(
     log: bool = False,  # dict(n_iter, err, converged, stop_thr) in place of n_iter
 ) -> tuple:  # plan (n, m), iterations run (or the log dict)
     """Log-domain Sinkhorn on one problem, $v$ then $u$, checked every iteration: the shortest code.
-    No input checks: [`checked_sinkhorn_reference`](../6_engine/33_ot_checks.ipynb) has them."""
+    No input checks: [`checked_sinkhorn_reference`](../6_engine/36_ot_checks.ipynb) has them."""
     thr = max(stop_thr, float(stop_floor(M, b, reg)))  # what the dtype can resolve
     logK, log_a, log_b = -M / reg, a.log(), b.log()  # (n, m), (n,), (m,)
     log_u = torch.where(a > 0, 0.0, -math.inf).to(M.dtype)  # (n,)
@@ -130,7 +130,7 @@ def semidual_reference(
     log: bool = False,  # dict(n_iter, err, converged, stop_thr) in place of the steps
 ) -> tuple:  # plan (n, m), Newton steps taken (or the log dict)
     """Entropic OT by Newton's method on the semi-dual (N1)-(N3): the reference, one problem.
-    No input checks: [`checked_semidual_reference`](../6_engine/33_ot_checks.ipynb) has them."""
+    No input checks: [`checked_semidual_reference`](../6_engine/36_ot_checks.ipynb) has them."""
     thr = max(tol, float(stop_floor(M, b, reg)))  # what the dtype can resolve
     logK, ell = -M / reg, torch.zeros_like(b)  # (n, m), (m,)
     J = lambda ell: float((b * ell).sum() - (a * torch.logsumexp(logK + ell, 1)).sum())  # (N1)

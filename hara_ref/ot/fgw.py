@@ -41,7 +41,7 @@ def normalize_features(
     mask: torch.Tensor | None = None,  # (..., T) bool real tokens, used by 'mean_norm'
 ) -> torch.Tensor:  # (..., T, d)
     """Scale hidden states to costs of order 1: unit norm per token, or per-rollout mean norm (plain
-    norms; [`checked_normalize_features`](../6_engine/33_ot_checks.ipynb) guards their range)."""
+    norms; [`checked_normalize_features`](../6_engine/36_ot_checks.ipynb) guards their range)."""
     if how == 'none':
         return h
     if how not in ('unit', 'mean_norm'):
@@ -168,7 +168,7 @@ def fgw(
     warn: bool = True,  # `ConvergenceWarning` when max_iter comes first
 ):  # plan (n, m) [, log]
     """FGW plan by conditional gradient, exact line search: `ot.gromov.fused_gromov_wasserstein`.
-    No input checks: [`checked_fgw`](../6_engine/33_ot_checks.ipynb) has them."""
+    No input checks: [`checked_fgw`](../6_engine/36_ot_checks.ipynb) has them."""
     p, q, G = _fgw_start(M, p, q, G0)  # (n,), (m,), (n, m) weights and the start
     losses = [float(fgw_objective(G, M, C1, C2, alpha))]  # the objective at each iterate
     for it in range(1, max_iter + 1):

@@ -20,7 +20,7 @@ def token_logprobs(
     targets: torch.Tensor,  # (B, T) long token ids, targets[b, t] is scored by logits[b, t]
 ) -> torch.Tensor:  # (B, T) log pi(targets[b, t])
     """Eq. (2): log-softmax of `logits` gathered at `targets`. Unchecked: the checked twin is
-    [`checked_token_logprobs`](../6_engine/39_verifier_engine.ipynb)."""
+    [`checked_token_logprobs`](../6_engine/43_verifier_engine.ipynb)."""
     z = logits if logits.dtype in (torch.float32, torch.float64) else logits.float()  # (B, T, V)
     # log pi(x_{t+1} | x_{<=t}) = z_{t, x_{t+1}} - logsumexp(z_t)
     return F.log_softmax(z, dim=-1).gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)  # (B, T)
@@ -31,7 +31,7 @@ def causal_token_logprobs(
     input_ids: torch.Tensor,  # (B, T) the sequences the logits were computed from
 ) -> torch.Tensor:  # (B, T-1) entry j = log pi(input_ids[:, j+1] | input_ids[:, :j+1])
     """Token log-probabilities of a causal LM, logits at t scoring the token at t+1. Unchecked;
-    checked twin: [`checked_causal_token_logprobs`](../6_engine/39_verifier_engine.ipynb)."""
+    checked twin: [`checked_causal_token_logprobs`](../6_engine/43_verifier_engine.ipynb)."""
     return token_logprobs(logits[:, :-1], input_ids[:, 1:])  # (B, T-1)
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #9ec14bb0
@@ -40,7 +40,7 @@ def response_mask(
     prompt_lens,  # (B,) ints, number of columns before the response in each row
 ) -> torch.Tensor:  # (B, T) bool, True on response tokens
     """True on response tokens: at or after the response start and not padding. Unchecked: the
-    checked twin is [`checked_response_mask`](../6_engine/39_verifier_engine.ipynb)."""
+    checked twin is [`checked_response_mask`](../6_engine/43_verifier_engine.ipynb)."""
     p = torch.as_tensor(prompt_lens, device=attention_mask.device).reshape(-1)  # (B,)
     cols = torch.arange(attention_mask.shape[1], device=attention_mask.device)  # (T,)
     return (cols[None, :] >= p[:, None]) & attention_mask.bool()  # (B, T)
@@ -51,7 +51,7 @@ def sequence_logprob(
     mask: torch.Tensor,  # (B, T) bool (or 0/1), True on the tokens of the response
 ) -> torch.Tensor:  # (B,) log pi(o | q), 0 for a row whose mask is empty
     """Eq. (3): sum of the token log-probabilities under the mask. Unchecked: the checked twin is
-    [`checked_sequence_logprob`](../6_engine/39_verifier_engine.ipynb)."""
+    [`checked_sequence_logprob`](../6_engine/43_verifier_engine.ipynb)."""
     m = mask.bool()  # (B, T)
     # sum_t m_t log pi(x_{t+1} | x_{<=t})
     return torch.where(m, token_logp, torch.zeros_like(token_logp)).sum(-1)  # (B,)
@@ -129,7 +129,7 @@ def pass_at_k(
     k: int,  # budget, 1 <= k <= n
 ) -> float:  # unbiased estimate of P(at least one of k samples is correct)
     """Eq. (5): the unbiased pass@k estimator, 1 - C(n-c, k) / C(n, k), in its stable product form.
-    Unchecked: the checked twin is [`checked_pass_at_k`](../6_engine/39_verifier_engine.ipynb)."""
+    Unchecked: the checked twin is [`checked_pass_at_k`](../6_engine/43_verifier_engine.ipynb)."""
     if n - c < k:
         return 1.0  # every k-subset contains a correct sample
     # 1 - prod_{i=n-c+1}^{n} (1 - k/i)
@@ -140,7 +140,7 @@ def mean_accuracy(
     correct,  # (P, n) 0/1 per problem and sample
 ) -> float:  # mean over problems of c/n
     """Mean accuracy (avg@n): the fraction of correct samples, averaged over problems. Unchecked:
-    the checked twin is [`checked_mean_accuracy`](../6_engine/39_verifier_engine.ipynb)."""
+    the checked twin is [`checked_mean_accuracy`](../6_engine/43_verifier_engine.ipynb)."""
     return torch.as_tensor(correct).double().mean().item()
 
 # %% ../../nbs/1_rlvr/02_rlvr.ipynb #f788311b
@@ -149,6 +149,6 @@ def mean_pass_at_k(
     k: int,  # budget, 1 <= k <= n
 ) -> float:  # mean over problems of Eq. (5)
     """pass@k of Eq. (5) averaged over problems. Unchecked: the checked twin is
-    [`checked_mean_pass_at_k`](../6_engine/39_verifier_engine.ipynb)."""
+    [`checked_mean_pass_at_k`](../6_engine/43_verifier_engine.ipynb)."""
     t = torch.as_tensor(correct)  # (P, n)
     return sum(pass_at_k(t.shape[1], int(c), k) for c in t.sum(1).tolist()) / t.shape[0]

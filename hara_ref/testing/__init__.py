@@ -15,13 +15,8 @@ from hypothesis import HealthCheck, Verbosity, given, settings, seed as hyp_seed
 
 from .strategies import DTYPES, build_case, case_specs, case_flags
 from ..rlvr.grpo import k3_kl
-from hara_ref.engine.conventions import (
-    AGG_MODES,
-    trainer_advantages,
-    trl_advantages,
-    verl_advantages,
-    ppo_clip_loss,
-)
+from ..engine.conventions import AGG_MODES, trainer_advantages, trl_advantages
+from ..engine.conventions import verl_advantages, ppo_clip_loss
 from ..ot.fgw import chain_positions
 from ..engine.ot_checks import checked_normalize_features
 from ..ot.lfgw import lifted_cost, chain_tau_bar, barycenter_update
@@ -29,7 +24,8 @@ from ..engine.newton import semidual_newton
 from ..engine.barycenters import group_barycenters
 from ..engine.checks import check_scalar
 from ..hara.weights import hara_weights
-from ..engine.hara_engine import hara_novelty, hara_advantages, checked_hara_weights
+from ..engine.novelty import hara_novelty
+from ..engine.hara_engine import hara_advantages, checked_hara_weights
 
 # %% auto #0
 __all__ = ['GRPO_CONVENTIONS', 'CONSTANT_NAMES', 'HARA_OPTIONS', 'QUANTITIES', 'Quantity', 'constants_text', 'barycenter_map',

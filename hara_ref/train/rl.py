@@ -18,7 +18,7 @@ __all__ = ['rl_step_reference', 'warm_start']
 def rl_step_reference(model, opt, tokenizer, problems, reward_fn, generator, credit='grpo') -> dict:
     """One RLVR step with GRPO or HARA-tok credit (`credit` 'grpo' | 'hara') on `problems` (with
     `.prompt`, `.answer`): the batch it learned from (rollouts, rewards, A_i, w, log pi_old)."""
-    G, epochs, minibatches, max_new_tokens = 8, 2, 2, 40  # the trainer's defaults (chapter 40)
+    G, epochs, minibatches, max_new_tokens = 8, 2, 2, 40  # the trainer's defaults (chapter 44)
     qs = [p for p in problems for _ in range(G)]  # each problem G times: B = len(problems) G
     pi, pm = encode_prompts(tokenizer, [q.prompt for q in qs])  # (B, P)
     model.eval()
