@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE := 1
 export MPLBACKEND := Agg
 
 # the numerical notebooks: OT, HARA and float32 comparisons (tolerances from `rounding_tol`, 43_verifier_engine)
-NUM_NBS := 02_rlvr|05_sinkhorn|06_fgw|07_fgw_barycenter|08_linearization|11_rollouts|12_novelty|13_hara|15_policy|26_trl|31_sinkhorn_batched|32_newton|34_barycenters|50_hp_rlvr|42_hara_engine|38_checks|43_verifier_engine|36_ot_checks|hara_math
+NUM_NBS := 02_rlvr|05_sinkhorn|06_fgw|07_fgw_barycenter|08_linearization|11_rollouts|12_novelty|13_hara|15_policy|26_trl|31_sinkhorn_batched|32_newton|33_bary_steps|34_barycenters|41_novelty_engine|50_hp_rlvr|42_hara_engine|38_checks|43_verifier_engine|36_ot_checks|hara_math
 
 .PHONY: install train test sync nbtest pytest pages docs docs-check
 install:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from datasets import load_dataset
 from trl import GRPOConfig, TrlParser
 
-from hara_ref.practice.trl_config import HaraConfig
-from hara_ref.practice.trl import HaraGRPOTrainer
+from hara_ref import HaraConfig
+from hara_ref import HaraGRPOTrainer
 
 
 @dataclass

@@ -200,23 +200,24 @@ def test_a_failing_notebook_stops_the_build(tmp_path):
 
 
 def test_index_links_every_chapter(tmp_path):
-    """Every notebook of nbs/ is in the index's chapter map, linked, and in every page's navigation
-    (rendered without running)."""
+    """Every notebook of nbs/ is in the book's chapter map, linked, and in every page's navigation
+    (rendered without running); the front page links the book."""
     katex_or_skip()
     nbs = docs.all_notebooks()
     docs.build(nbs, tmp_path, execute=False)
-    index = (tmp_path / 'index.html').read_text()
-    table = index[index.index('The chapters</h2>') :]
+    assert 'href="book.html"' in (tmp_path / 'index.html').read_text()
+    book = (tmp_path / 'book.html').read_text()
+    table = book[book.index('The chapters</h2>') :]
     for nb in nbs:
-        if nb.stem == 'index':
+        if nb.stem in ('index', 'book'):
             continue
         assert f'<td><a href="{nb.stem}.html"><code>{nb.stem}</code></a></td>' in table, (
             f'{nb.stem} missing from the chapter map'
         )
         assert (tmp_path / f'{nb.stem}.html').is_file()
     nav = re.search(r'<nav>(.*?)</nav>', (tmp_path / '13_hara.html').read_text(), re.S)[1]
-    assert re.findall(r'href="(\w+)\.html"', nav)[1:] == ['index', 'hara_math'] + [
-        n.stem for n in nbs if n.stem not in ('index', 'hara_math')
+    assert re.findall(r'href="(\w+)\.html"', nav)[1:] == ['index', 'book', 'hara_math'] + [
+        n.stem for n in nbs if n.stem not in ('index', 'book', 'hara_math')
     ]
 
 

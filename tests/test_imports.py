@@ -4,6 +4,8 @@ across modules."""
 import ast
 from pathlib import Path
 
+import pytest
+
 PKG = Path(__file__).resolve().parent.parent / 'hara_ref'
 # the package's parts, from the ground up: the lessons (parts I-IV of the book), the engine, the
 # trainer, the other methods, the measurements, the practice part and the conformance kit
@@ -170,3 +172,56 @@ def test_no_part_holds_more_than_a_third_of_the_package():
             lines[key] = lines.get(key, 0) + len(p.read_text().splitlines())
     total = sum(lines.values())
     assert max(lines.values()) <= total / 3, lines
+
+
+def test_no_module_over_600_lines():
+    "Modules of one topic: none passes 600 lines (nbdev's generated index aside)."
+    long = {
+        module_name(p): n
+        for p in PKG.rglob('*.py')
+        if p.name != '_modidx.py' and (n := len(p.read_text().splitlines())) > 600
+    }
+    assert long == {}
+
+
+PUBLIC = {
+    'hara_advantages': 'hara_ref.engine.hara_engine',
+    'reweight_advantages': 'hara_ref.engine.hara_engine',
+    'hara_novelty': 'hara_ref.engine.novelty',
+    'assert_conforms': 'hara_ref.testing',
+    'write_vectors': 'hara_ref.testing.vectors',
+    'check_vectors': 'hara_ref.testing.vectors',
+    'HaraConfig': 'hara_ref.practice.trl_config',
+    'HaraGRPOTrainer': 'hara_ref.practice.trl',
+}
+
+
+def test_the_public_face_is_the_objects_the_chapters_define():
+    import importlib
+
+    import hara_ref
+
+    assert sorted(hara_ref.__all__) == sorted(PUBLIC)
+    for name, module in PUBLIC.items():
+        assert getattr(hara_ref, name) is getattr(importlib.import_module(module), name)
+    assert set(PUBLIC) <= set(dir(hara_ref))
+    with pytest.raises(AttributeError, match="no attribute 'appendix_engine'"):
+        hara_ref.appendix_engine
+
+
+def loaded_after(code: str) -> list:
+    "The heavy packages a fresh Python process holds after running `code`."
+    import subprocess
+    import sys
+
+    heavy = ('torch', 'ot', 'hypothesis', 'transformers', 'trl', 'matplotlib')
+    probe = f"import sys\n{code}\nprint([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, check=True)
+    return ast.literal_eval(out.stdout.strip().splitlines()[-1])
+
+
+def test_import_hara_ref_loads_nothing_heavy_and_the_oracle_only_torch():
+    assert loaded_after('import hara_ref') == []
+    assert loaded_after('import hara_ref; hara_ref.hara_advantages') == ['torch']
+    assert 'trl' not in loaded_after('import hara_ref; hara_ref.HaraConfig()')
+    assert 'hypothesis' in loaded_after('import hara_ref; hara_ref.assert_conforms')

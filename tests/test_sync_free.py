@@ -19,7 +19,7 @@ import pytest
 import torch
 import hara_ref.engine.barycenters as bary
 import hara_ref.engine.newton as newton
-import hara_ref.engine.hara_engine as novelty
+import hara_ref.engine.novelty as novelty
 from hara_ref.engine.bary_steps import HostReads
 from hara_ref.engine.barycenters import group_barycenters
 from hara_ref.engine.newton import semidual_newton, newton_start, newton_trial

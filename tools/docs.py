@@ -244,13 +244,17 @@ PARTS = {
 PART_OF = {}  # page name -> its part folder, filled by `build`
 
 
+def page_order(p: Path) -> tuple:
+    "Reading order: the front page, the book's map, the mathematics, then the chapters by number."
+    return (p.stem != 'index', p.stem != 'book', p.stem != 'hara_math', p.stem)
+
+
 def all_notebooks() -> list:
-    """Every notebook of nbs/ and its part folders, in reading order (index, the math page, then by
-    number)."""
+    """Every notebook of nbs/ and its part folders, in reading order (`page_order`)."""
     nbs = [
         p for p in (ROOT / 'nbs').rglob('*.ipynb') if not any(q.startswith('.') for q in p.parts)
     ]
-    return sorted(nbs, key=lambda p: (p.stem != 'index', p.stem != 'hara_math', p.stem))
+    return sorted(nbs, key=page_order)
 
 
 def page_html(name: str, title: str, body: str, pages: list) -> str:
@@ -299,7 +303,7 @@ def page_html(name: str, title: str, body: str, pages: list) -> str:
 
 
 def link_chapters(body: str, names: set) -> str:
-    "In the index's chapter map, turn a `name` table cell into a link to that page."
+    "In the book's chapter map, turn a `name` table cell into a link to that page."
     return re.sub(
         r'<td><code>(\w+)</code></td>',
         lambda m: (
@@ -316,7 +320,7 @@ def build(
     first). `prune`: also delete the pages and screenshots of notebooks not in `nbs` (renamed or
     removed ones)."""
     t0 = time.time()
-    nbs = sorted(nbs, key=lambda p: (p.stem != 'index', p.stem != 'hara_math', p.stem))
+    nbs = sorted(nbs, key=page_order)
     done = {}
 
     def keep(name, title, body, secs):
@@ -342,7 +346,7 @@ def build(
     shutil.copytree(katex_bundle(), out / 'katex', dirs_exist_ok=True)
     for name, title in pages:
         body = done[name][1]
-        if name == 'index':
+        if name in ('index', 'book'):
             body = link_chapters(body, {n for n, _ in pages})
         (out / f'{name}.html').write_text(page_html(name, title, body, pages))
     if prune:

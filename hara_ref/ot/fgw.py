@@ -6,7 +6,6 @@
 from __future__ import annotations
 import warnings
 import torch
-import ot
 from .entropic import ConvergenceWarning
 
 # %% auto #0
@@ -149,6 +148,8 @@ def fw_vertex(
     grad: torch.Tensor,  # (n, m) gradient of the objective at the current plan
 ) -> torch.Tensor:  # (n, m) $\tilde T$, in the dtype and on the device of `grad`
     "Frank-Wolfe's vertex: the exact OT plan for the linearised objective (POT's `ot.emd`)."
+    import ot  # POT, imported where it is used: `import hara_ref` does not load it
+
     P = ot.emd(*(x.detach().cpu().double().numpy() for x in (p, q, grad)))  # (n, m)
     return torch.as_tensor(P, dtype=grad.dtype, device=grad.device)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import warnings
 import torch
-import ot
 from .entropic import semidual_reference, ConvergenceWarning
 from .fgw import chain_positions, normalize_features
 from .fgw_barycenter import sq_dists  # (..., n, m) squared distances, batched
@@ -121,7 +120,9 @@ def lfgw(
     problems = zip(a.reshape(-1, n), b.reshape(-1, m), M.reshape(-1, n, m))  # one problem at a time
     if reg > 0:  # entropic: Newton on the semi-dual, one problem at a time
         flat = [semidual_reference(ai, bi, Mi, reg, **kwargs)[0] for ai, bi, Mi in problems]
-    else:  # exact: network simplex
+    else:  # exact: POT's network simplex, imported where it is used (the oracle never is)
+        import ot
+
         flat = [ot.emd(ai, bi, Mi) for ai, bi, Mi in problems]
     plan = torch.stack(flat).reshape(M.shape)  # (..., T, L_b)
     return (plan * M).sum((-2, -1)), plan
