@@ -22,6 +22,8 @@ def module_name(path: Path) -> str:
 def imports(path: Path) -> list:
     "Every (module, names) that `path` imports from hara_ref, at any depth (inside functions too)."
     here, out = module_name(path).split('.'), []
+    if path.name == '__init__.py':  # a package's relative imports start from the package itself
+        here.append('__init__')
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names if a.name.startswith('hara_ref')]
