@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import torch
 
 # %% auto #0
-__all__ = ['PlantedRollouts', 'stage_order', 'stage_labels', 'planted_stage_rollouts', 'Problem', 'sum_problem', 'sum_solution',
-           'is_heldout', 'sum_task']
+__all__ = ['FAMILIES', 'PlantedRollouts', 'stage_order', 'stage_labels', 'planted_stage_rollouts', 'hidden_family', 'Problem',
+           'sum_problem', 'sum_solution', 'is_heldout', 'sum_task']
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #bd0010bf
 @dataclass
@@ -101,6 +101,42 @@ def planted_stage_rollouts(
     return PlantedRollouts(
         hidden.to(dtype), mask, stages, centers[:n_stages].to(dtype), centers[n_stages].to(dtype)
     )
+
+# %% ../../nbs/1_rlvr/01_data.ipynb #f0521ee8
+FAMILIES = ('planted', 'isotropic', 'lowrank')
+
+
+def hidden_family(
+    family: str,  # one of FAMILIES
+    B: int,  # rollouts
+    T: int,  # tokens per rollout
+    d: int,  # hidden size
+    rank: int = 16,  # 'lowrank': the directions that carry the states
+    noise: float = 0.05,  # 'lowrank', 'planted': norm of the isotropic part of a token
+    n_stages: int = 6,  # 'planted': stages along each rollout
+    seed: int = 0,  # everything is a function of the seed
+    dtype=torch.float64,
+) -> torch.Tensor:  # (B, T, d) hidden states, every token of unit expected norm
+    "A batch of hidden states of one family: planted stages, isotropic, or low rank plus noise."
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    if min(B, T, d, rank, n_stages) < 1 or rank > d:
+        raise ValueError(
+            f"need B, T, d, n_stages >= 1 and 1 <= rank <= d, got {B, T, d, rank, n_stages}"
+        )
+    g = torch.Generator().manual_seed(seed)
+    iso = torch.randn(B, T, d, generator=g, dtype=torch.float64) / d**0.5  # (B, T, d) unit norm
+    if family == 'isotropic':
+        return iso.to(dtype)
+    if family == 'planted':
+        centers = torch.nn.functional.normalize(
+            torch.randn(n_stages, d, generator=g, dtype=torch.float64), dim=-1
+        )  # (S, d)
+        stage = torch.arange(T) * n_stages // T  # (T,) stage of each position
+        return (centers[stage] + noise * iso).to(dtype)  # (B, T, d)
+    basis = torch.linalg.qr(torch.randn(d, rank, generator=g, dtype=torch.float64))[0].T  # (r, d)
+    coef = torch.randn(B, T, rank, generator=g, dtype=torch.float64) / rank**0.5  # (B, T, r)
+    return (coef @ basis + noise * iso).to(dtype)  # (B, T, d)
 
 # %% ../../nbs/1_rlvr/01_data.ipynb #7bcf9f36
 @dataclass(frozen=True)
