@@ -17,7 +17,7 @@ settings.load_profile(os.environ.get('HYPOTHESIS_PROFILE', 'repeatable'))
 NUMERICAL = {
     'test_sinkhorn', 'test_newton', 'test_fgw', 'test_fgw_barycenter', 'test_linearization',
     'test_error_bound', 'test_exact', 'test_hara', 'test_hara_novelty', 'test_group_reference',
-    'test_caps',
+    'test_caps', 'test_ot_checks',
 }  # fmt: skip
 
 

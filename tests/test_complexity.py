@@ -35,9 +35,11 @@ def test_bench_ot_quick_prints_ratio_lines(capsys, tmp_path):
     assert {'barycenter', 'sinkhorn', 'args'} <= set(res) and len(res['barycenter']) == 2
 
 
-def test_bench_ot_cli_bad_flag():
-    with pytest.raises(SystemExit):
-        bench_ot_cli(['--data', 'nope'])
+def test_bench_ot_cli_bad_flag(capsys):
+    "A bad flag: exit code 2 and one line naming it, as every command of hara-ref."
+    assert bench_ot_cli(['--data', 'nope']) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "argument --data: invalid choice: 'nope'" in err[0]
 
 
 def test_linearized_path_never_builds_L_by_L():

@@ -786,3 +786,38 @@ def test_rewards_keep_their_dtype():
         kw = dict(width=2, stride=1) if method == 'shear' else {}
         rw = reweight_advantages(method, h64.float(), m, r64, gid, **kw)[1]
         assert torch.equal(rw.base, rw32.base), method
+
+
+@pytest.mark.parametrize(
+    'lengths, rewards',
+    [
+        ([6, 4, 0, 5, 3, 6], [1, 1, 1, 0, 0, 0]),  # one empty member among three
+        ([5, 0, 6, 4, 3], [1, 1, 0, 0, 0]),  # a group of two, one empty: one member left
+        ([0, 0, 5, 4, 6], [1, 1, 0, 0, 0]),  # a group with no token at all
+        ([0, 6, 5, 0, 0, 4, 6], [1, 1, 1, 0, 0, 0, 0]),  # empty members in both groups
+    ],
+)
+def test_hara_reference_leaves_empty_rollouts_out_as_the_oracle(lengths, rewards):
+    """An empty rollout (no token) takes no part in its group (hara_math §6): a group is computed
+    when it has two non-empty rollouts, from those alone; the reference equals the oracle solved as
+    tightly, to 1e-8, and warns of nothing."""
+    from hara_ref.hara.weights import hara_reference
+
+    g = torch.Generator().manual_seed(3)
+    G = len(lengths)
+    h = torch.randn(G, 6, 4, generator=g, dtype=torch.float64)  # (G, T, d)
+    m = torch.arange(6) < torch.tensor(lengths)[:, None]  # (G, T)
+    r = torch.tensor(rewards, dtype=torch.float64)  # (G,)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')  # no cap reached, no nan
+        ref, rec = hara_reference(h, m, r, L_b=8)  # (G, T)
+    fast = hara_advantages(h, m, r, torch.zeros(G, dtype=torch.long), L_b=8, **TIGHT)[0]
+    assert float((ref - fast).abs().max()) < 1e-8
+    assert torch.isfinite(rec['w']).all() and torch.isfinite(rec['x']).all()
+    A = base_advantages(r, torch.zeros(G, dtype=torch.long))  # (G,)
+    for out in torch.unique(r):  # a group with two non-empty members is reweighted, no other
+        members = (r == out) & m.any(-1)  # (G,)
+        moved = float((rec['w'][members] - 1).abs().max()) if members.any() else 0.0
+        assert (moved > 1e-3) == (int(members.sum()) >= 2), (out, moved)
+    assert (rec['w'][~m.any(-1)] == 1).all() and (ref[~m] == 0).all()
+    torch.testing.assert_close(ref, A[:, None] * rec['w'] * m)

@@ -312,3 +312,18 @@ def test_numpy_inputs_and_scalar_options_are_accepted():
         hara_advantages(h, m, r, g, reg='x')
     with pytest.raises(ValueError, match='alpha must be'):
         hara_advantages(h, m, r, g, alpha=1.5)
+
+
+def test_notes_speak_of_rewards_only_when_the_rewards_form_the_groups():
+    "Graded rewards get a note on exact equality; given outcome labels (any values) get none."
+    import hara_ref
+
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(4, 5, 3, generator=g, dtype=torch.float64)  # (B, T, d)
+    m = torch.ones(4, 5, dtype=torch.bool)  # (B, T)
+    r = torch.tensor([0.3, 0.7, 0.2, 0.9], dtype=torch.float64)  # (B,) graded, all distinct
+    gid = torch.zeros(4, dtype=torch.long)  # (B,)
+    by_rewards = hara_ref.hara_novelty(h, m, r, gid).notes
+    assert any(n.startswith('rewards are not binary (4 distinct values)') for n in by_rewards)
+    given = hara_ref.hara_novelty(h, m, r, gid, outcomes=torch.tensor([7, 7, -1, -1])).notes
+    assert not any('reward' in n for n in given), given

@@ -500,3 +500,26 @@ def test_cap_reported_in_log_and_warning():
         and not lg['converged'].any()
         and (lg['err'] > lg['stop_thr']).all()
     )
+
+
+@pytest.mark.parametrize('n, m', [(1, 2), (1, 5), (8, 8), (3, 12)])
+def test_semidual_reference_solves_float32_problems(n, m):
+    """Chapter 05's Newton reference on float32 problems (one source point, square, wide): no error,
+    no warning, stopped within the float32 floor; rows exact to float32's rounding; one source
+    point's plan is b itself."""
+    from hara_ref.ot.entropic import semidual_reference
+    from hara_ref.engine.verifier import rounding_tol
+
+    for seed in range(20):
+        for reg in (0.02, 0.05, 0.2):
+            a, b, M = (x[0] for x in problem(seed, 1, n, m, dtype=torch.float32))
+            with warnings.catch_warnings():
+                warnings.simplefilter('error')  # converged: no ConvergenceWarning
+                P, lg = semidual_reference(a, b, M, reg, log=True)
+            assert P.dtype == torch.float32 and lg['converged'] and lg['err'] < lg['stop_thr']
+            assert lg['stop_thr'] < 1e-4  # the float32 floor, not a loose threshold
+            rnd = rounding_tol(1.0, max(n, m))  # plan entries <= 1, sums of n or m of them
+            assert float((P.sum(1) - a).abs().max()) <= rnd
+            assert float((P.sum(0) - b).norm()) <= lg['stop_thr'] + rnd
+            if n == 1:  # one source point sends b_j to node j
+                assert float((P[0] - b).abs().max()) <= lg['stop_thr'] + rnd

@@ -341,3 +341,17 @@ def test_resume_checks_the_checkpoint_tokenizer_before_any_write(finished, capsy
     err = capsys.readouterr().err
     assert f"{run / 'ckpt' / 'tokenizer.json'} is missing (no tokenizer)" in err, err
     assert _snapshot(out) == before
+
+
+def test_data_that_is_not_utf8_is_named(ckpt_and_data, tmp_path, capsys, tiny):
+    "A `--data` file in another encoding: the one line names the file and where it stops reading."
+    ckpt, data = ckpt_and_data
+    latin = tmp_path / 'latin1.jsonl'
+    latin.write_bytes(data.read_bytes() + '{"problem": "Café?", "answer": "1"}\n'.encode('latin-1'))
+    out = tmp_path / 'run'
+    argv = ['--model', str(ckpt), '--data', str(latin), '--out', str(out)] + tiny
+    assert train_cli(argv) == 2
+    err = capsys.readouterr().err
+    start = f"hara-ref train: error: --data {latin}: not UTF-8 text (invalid continuation byte at "
+    assert err.startswith(start) and err.count('\n') == 1, err
+    assert not out.exists()

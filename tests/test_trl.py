@@ -235,19 +235,21 @@ def test_whole_groups_per_process_equal_the_global_batch():
 def test_rollout_labels_unscorable_rows_get_their_own_group():
     rpf = torch.tensor([[1.0, float('nan')], [0.0, 1.0], [float('nan'), float('nan')], [1.0, 1.0]])
     r, gid, o = rollout_labels(rpf, torch.tensor([1.0, 2.0]), 2)
-    assert r.tolist() == [1.0, 2.0, 0.0, 3.0] and gid.tolist() == [0, 0, 6, 1] and o.equal(r)
+    assert r.tolist() == [1.0, 2.0, 0.0, 3.0] and gid.tolist() == [0, 0, 6, 1]
+    assert o.tolist() == [1.0, 1.0, 0.0, 2.0]  # the values the functions returned, unweighted
 
 
 def test_rollout_labels_outcome_columns_and_threshold():
-    "The outcome is the chosen functions' weighted sum (>= threshold: 1); unscored by them: alone."
+    """The outcome is the sum of the values the chosen functions return, not weighted (>= threshold:
+    1); unscored by them: alone."""
     rpf = torch.tensor([[1.0, 0.3], [0.0, 0.9], [float('nan'), 0.2], [1.0, 0.7], [0.0, 0.1]])
     w = torch.tensor([1.0, 0.5])
     r, gid, o = rollout_labels(rpf, w, 5, outcome_cols=(0,))
     assert torch.allclose(r, torch.tensor([1.15, 0.45, 0.1, 1.35, 0.05]))
     assert o.tolist() == [1.0, 0.0, 0.0, 1.0, 0.0] and gid.tolist() == [0, 0, 7, 0, 0]
     _, gid, o = rollout_labels(rpf, w, 5, outcome_cols=(1,), outcome_threshold=0.3)
-    assert o.tolist() == [0.0, 1.0, 0.0, 1.0, 0.0] and gid.tolist() == [0] * 5
-    _, _, o = rollout_labels(rpf, w, 5, outcome_cols=(0, 1), outcome_threshold=1.0)
+    assert o.tolist() == [1.0, 1.0, 0.0, 1.0, 0.0] and gid.tolist() == [0] * 5
+    _, _, o = rollout_labels(rpf, w, 5, outcome_cols=(0, 1), outcome_threshold=1.2)
     assert o.tolist() == [1.0, 0.0, 0.0, 1.0, 0.0]
 
 
@@ -499,12 +501,12 @@ def style(completions, **kw):
 
 
 def run_recorded(tiny, tmp, hara, steps=2):
-    "Train with accuracy + style; the trainer and HARA's 'reweighted no rollout' warnings."
+    "Train with accuracy + style; the trainer and HARA's 'reweighted none' warnings."
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         tr = make(Recording, tiny, tmp, steps=steps, reward_funcs=[accuracy, style], hara=hara)
         tr.train()
-    return tr, [str(w.message) for w in caught if 'reweighted no rollout' in str(w.message)]
+    return tr, [str(w.message) for w in caught if 'HARA reweighted none' in str(w.message)]
 
 
 def reweighted_fracs(tr) -> list:
@@ -538,19 +540,21 @@ def test_accuracy_decides_the_outcome_by_default(tiny, tmp_path, capsys):
     assert (o['advantages'] - want).abs().max() <= 1e-6
 
 
-def test_summed_graded_reward_leaves_every_rollout_alone_and_warns_once(tiny, tmp_path, capsys):
+def test_summed_graded_reward_leaves_every_rollout_alone_and_warns(tiny, tmp_path, capsys):
     """Outcome = accuracy + style (the summed reward): every rollout is alone in its group, no
-    weight moves, `hara/reweighted_frac` is 0 in both steps and the trainer warns once."""
+    weight moves, `hara/reweighted_frac` is 0 in both steps and the trainer warns at both (the 1st
+    and 2nd such step)."""
     tr, warned = run_recorded(
         tiny, tmp_path, HaraConfig(novelty_kw=NOV, outcome_funcs=[0, 'style'])
     )
     assert "with equal 'accuracy' + 'style'" in capsys.readouterr().out
     assert reweighted_fracs(tr) == [0.0, 0.0] and (tr.hara_record['weights'] == 1).all()
-    assert len(warned) == 1
+    assert len(warned) == 2
     assert (
-        'no rollout for step 1: of 8 rollouts, 8 are alone in their outcome group and 0 have '
-        'advantage 0'
+        'none of the 8 rollouts whose advantage is not 0 in step 1 (steps like this so far: 1; '
+        'this warning comes again when they reach 2): 8 of them are alone in their outcome group'
     ) in warned[0]
+    assert 'in step 2 (steps like this so far: 2;' in warned[1]
     assert "here 'accuracy' + 'style'; " in warned[0] and 'HaraConfig.outcome_funcs' in warned[0]
 
 

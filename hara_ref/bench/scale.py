@@ -15,7 +15,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass, replace
 import torch
-from .solvers import bench_hara, sync
+from .solvers import bench_config_errors, bench_hara, sync
 from ..trainer.experiment import torch_threads
 from ..engine.novelty import BARY_DEFAULTS
 from ..ot.complexity import timed
@@ -23,9 +23,9 @@ from ..train.policy import token_stats
 from ..trainer.results import write_results
 
 # %% auto #0
-__all__ = ['QWEN3_SHAPES', 'DECODE_WARM', 'SCALE_CHOICES', 'qwen3_config', 'layer_flops', 'step_flops', 'time_layers',
-           'time_head', 'scale_row', 'BenchScaleConfig', 'bench_scale', 'format_scale_row', 'bench_scale_main',
-           'peak_rss_mib', 'memory_results']
+__all__ = ['QWEN3_SHAPES', 'DECODE_WARM', 'SCALE_CHOICES', 'SCALE_RANGES', 'qwen3_config', 'layer_flops', 'step_flops',
+           'time_layers', 'time_head', 'scale_row', 'BenchScaleConfig', 'bench_scale', 'format_scale_row',
+           'bench_scale_main', 'peak_rss_mib', 'memory_results']
 
 # %% ../../nbs/9_bench/53_scale.ipynb #198e0ab7
 QWEN3_SHAPES = {  # published Qwen3 shapes (head size 128, vocabulary 151,936); 'tiny' for tests
@@ -269,12 +269,42 @@ class BenchScaleConfig:
     device: str = 'cpu'  # 'cpu' or 'cuda'
     dtype: str = 'float32'  # model dtype: 'float32' or 'bfloat16' (HARA always float32)
     repeat: int = 1  # runs per timed piece (fastest kept)
-    threads: int = 0  # torch threads (0: leave as is)
+    threads: int | None = None  # torch threads (None: leave as is)
     tiny: bool = False  # a tiny shape and batch (seconds): a dry run of the command
     out: str | None = None  # also write the rows to this JSON file
 
+    def __post_init__(self):
+        self.sizes = tuple(self.sizes)
+        choices = dict(SCALE_CHOICES, sizes=tuple(QWEN3_SHAPES))
+        bad = bench_config_errors(self, SCALE_RANGES, choices)
+        if not bad and self.hara_prompts > self.prompts:
+            bad.append(
+                f"`hara_prompts` {self.hara_prompts} > `prompts` {self.prompts}: HARA is timed on "
+                "some of the step's prompts"
+            )
+        for msg in bad:
+            raise ValueError(msg)
+
 
 SCALE_CHOICES = dict(device=('cpu', 'cuda'), dtype=('float32', 'bfloat16'))
+_INT1 = dict(lo=1, integer=True)
+# the numeric fields' ranges (`check_scalar`'s keywords); None: a default
+SCALE_RANGES = dict(
+    prompts=_INT1,
+    rollouts=dict(lo=2, integer=True),  # HARA compares rollouts of a prompt
+    prompt_len=_INT1,
+    length=dict(lo=2, integer=True),
+    layers=_INT1,
+    tokens=_INT1,
+    decode_batch=_INT1,
+    decode_steps=_INT1,
+    head_tokens=_INT1,
+    hara_prompts=_INT1,
+    L_b=_INT1,
+    anderson=dict(lo=0, integer=True),
+    repeat=_INT1,
+    threads=_INT1,
+)
 
 # %% ../../nbs/9_bench/53_scale.ipynb #f9b43c06
 def bench_scale(cfg: BenchScaleConfig | None = None, echo=print) -> list:
@@ -344,7 +374,7 @@ def bench_scale_main(
             hara_prompts=1,
             L_b=4,
         )
-    with torch_threads(max(c.threads, 0)), warnings.catch_warnings():
+    with torch_threads(c.threads or 0), warnings.catch_warnings():
         print(
             f"hara-ref bench scale: {c.prompts} prompts x {c.rollouts} rollouts, prompt "
             f"{c.prompt_len} + {c.length} tokens; timed {c.layers} layers x {c.tokens} tokens, "

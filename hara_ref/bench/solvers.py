@@ -20,11 +20,13 @@ from ..ot.fgw import chain_graph, chain_positions, chain_structure, fgw_objectiv
 from ..ot.fgw_barycenter import sq_dists
 from ..ot.lfgw import chain_tau_bar, lifted_cost
 from ..engine.newton import semidual_newton
+from ..engine.checks import check_scalar
 
 # %% auto #0
-__all__ = ['BENCH_OT_CHOICES', 'bench_sinkhorn', 'bench_barycenter', 'format_barycenter_row', 'fgw_batch_problem',
-           'bench_fgw_batch', 'linearized_plans', 'pot_exact_fgw', 'format_fgw_batch_row', 'BenchOtConfig', 'bench_ot',
-           'bench_batch', 'sync', 'bench_hara', 'BenchHaraConfig', 'small_batch', 'bench_hara_small']
+__all__ = ['BENCH_OT_CHOICES', 'BENCH_OT_RANGES', 'BENCH_HARA_RANGES', 'bench_sinkhorn', 'bench_barycenter',
+           'format_barycenter_row', 'fgw_batch_problem', 'bench_fgw_batch', 'linearized_plans', 'pot_exact_fgw',
+           'format_fgw_batch_row', 'bench_config_errors', 'BenchOtConfig', 'bench_ot', 'bench_batch', 'sync',
+           'bench_hara', 'BenchHaraConfig', 'small_batch', 'bench_hara_small']
 
 # %% ../../nbs/9_bench/52_bench.ipynb #675494d4
 def bench_sinkhorn(
@@ -245,6 +247,34 @@ def format_fgw_batch_row(r: dict) -> str:
         f"{100 * r['gap']:.2f} % (worst relative marginal error of a plan {me:.1e})"
     )
 
+# %% ../../nbs/9_bench/52_bench.ipynb #bcfgerr1
+_INT1, _INT2 = dict(lo=1, integer=True), dict(lo=2, integer=True)  # counts; lengths, groups
+
+
+def bench_config_errors(
+    cfg,  # a benchmark's configuration (a dataclass)
+    ranges: dict,  # {field: `check_scalar`'s keywords}, for a tuple field each entry's
+    choices: dict,  # {field: the values allowed}
+) -> list:
+    "What is wrong with `cfg`, one message per problem, the field in backticks; None passes."
+    bad = []
+    for name, kw in ranges.items():
+        v = getattr(cfg, name)
+        if isinstance(v, (tuple, list)) and not v:
+            bad.append(f"`{name}` is empty")
+        for x in v if isinstance(v, (tuple, list)) else (v,):
+            try:
+                if x is not None:
+                    check_scalar(f"`{name}`", x, **kw)
+            except (TypeError, ValueError) as e:
+                bad.append(str(e))
+    for name, allowed in choices.items():
+        v = getattr(cfg, name)
+        for x in v if isinstance(v, (tuple, list)) else (v,):
+            if x not in allowed:
+                bad.append(f"`{name}` must be one of {', '.join(allowed)}, got {x!r}")
+    return bad
+
 # %% ../../nbs/9_bench/52_bench.ipynb #f7c848c0
 @dataclass
 class BenchOtConfig:
@@ -265,7 +295,7 @@ class BenchOtConfig:
     sk_L: int = 1024  # ... of this length ...
     sk_L_b: int = 32  # ... against this many barycenter points
     repeat: int = 3  # runs of our code per measurement (fastest kept; POT runs once)
-    # torch threads (0: torch default); numpy/OpenBLAS follow OMP_NUM_THREADS
+    # torch threads; numpy/OpenBLAS follow OMP_NUM_THREADS
     threads: int = 1
     fgw_L: tuple[int, ...] = (128, 512, 2048, 4096)  # FGW-batch table: rollout lengths ...
     fgw_K: int = 8  # ... rollouts against one barycenter
@@ -273,8 +303,32 @@ class BenchOtConfig:
     quick: bool = False  # small sizes (seconds): L=128 256, sinkhorn K=4 L=128, FGW batch L=64
     out: str | None = None  # also write the results to this JSON file
 
+    def __post_init__(self):
+        self.L, self.fgw_L = tuple(self.L), tuple(self.fgw_L)
+        for msg in bench_config_errors(self, BENCH_OT_RANGES, BENCH_OT_CHOICES):
+            raise ValueError(msg)
+
 
 BENCH_OT_CHOICES = dict(data=('gauss', 'planted'), dtype=('float64', 'float32'))
+BENCH_OT_RANGES = dict(
+    L=_INT2,
+    K=_INT1,
+    L_b=_INT1,
+    d=_INT1,
+    reg=dict(lo=0, open_low=True),
+    alpha=dict(lo=0, hi=1),
+    tol=dict(lo=0, open_low=True),
+    pot_full_max_L=dict(lo=0, integer=True),
+    pot_probe=_INT1,
+    sk_K=_INT1,
+    sk_L=_INT1,
+    sk_L_b=_INT1,
+    repeat=_INT1,
+    threads=_INT1,
+    fgw_L=_INT2,
+    fgw_K=_INT1,
+    fgw_exact_max_L=dict(lo=0, integer=True),
+)
 
 # %% ../../nbs/9_bench/52_bench.ipynb #712255a4
 def bench_ot(cfg: BenchOtConfig | None = None, echo=print) -> dict:
@@ -437,11 +491,29 @@ class BenchHaraConfig:
     # inner solver steps per barycenter iteration (most)
     inner_iter: int = BARY_DEFAULTS['inner_iter']
     anderson: int = BARY_DEFAULTS['anderson']  # Anderson memory (0: the plain iteration)
-    threads: int = 0  # torch threads (0: leave as is)
+    threads: int | None = None  # torch threads (None: leave as is)
     quick: bool = False  # small sizes (2 x 8 rollouts, L=128, d=64) for a smoke test
     # the small batch instead (`small_batch`: 8 rollouts x 12 tokens, d=16), one thread, fastest of
     # --repeats runs (20 when repeats is 1)
     small: bool = False
+
+    def __post_init__(self):
+        for msg in bench_config_errors(self, BENCH_HARA_RANGES, dict(granularity=('seq', 'tok'))):
+            raise ValueError(msg)
+
+
+BENCH_HARA_RANGES = dict(
+    prompts=_INT1,
+    rollouts=_INT2,  # both outcomes in every prompt
+    length=_INT2,
+    dim=_INT1,
+    L_b=_INT1,
+    repeats=_INT1,
+    max_iter=_INT1,
+    inner_iter=_INT1,
+    anderson=dict(lo=0, integer=True),
+    threads=_INT1,
+)
 
 # %% ../../nbs/9_bench/52_bench.ipynb #804afc52
 def small_batch(

@@ -14,6 +14,7 @@ from .newton import semidual_newton, newton_start, newton_trial
 from .barycenter_checks import check_barycenter_inputs, check_group_inputs
 from ..ot.fgw import chain_positions
 from .ot_checks import check_iterations
+from .checks import check_scalar
 
 from hara_ref.engine.bary_steps import (
     feature_scales,
@@ -38,7 +39,8 @@ from hara_ref.ot.lfgw import (
 )
 
 # %% auto #0
-__all__ = ['TRIALS', 'group_barycenters', 'linearized_barycenter']
+__all__ = ['TRIALS', 'BARY_RANGES', 'BARY_OPTIONAL', 'check_setting', 'check_bary_settings', 'group_barycenters',
+           'linearized_barycenter']
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #50c95d1b
 # Newton line-search trials per sweep until the first check, when they adapt (`trials=None`)
@@ -378,6 +380,55 @@ def _final_info(info, lg, part, warn):
             stacklevel=3,
         )
 
+# %% ../../nbs/6_engine/34_barycenters.ipynb #barset02
+# `group_barycenters`' settings and what each may be: `check_scalar`'s keywords (chapter
+# 38_checks), `bool` (True or False), 'omega' (a number in [1, 2) or 'auto') or the values allowed
+BARY_RANGES = dict(
+    L_b=dict(lo=1, integer=True),
+    reg=dict(lo=0, open_low=True),
+    max_iter=dict(lo=1, integer=True),
+    tol=dict(lo=0),
+    stop_thr=dict(lo=0),
+    inner_rtol=dict(lo=0),
+    inner_iter=dict(lo=1, integer=True),
+    check_every=dict(lo=1, integer=True),
+    anderson=dict(lo=0, integer=True),
+    trials=dict(lo=1, integer=True),
+    omega='omega',
+    warn=bool,
+    solver=('newton', 'sinkhorn'),
+)
+BARY_OPTIONAL = ('inner_rtol', 'inner_iter', 'trials')  # None: a default chosen from the solver
+
+
+def check_setting(
+    name: str,  # the setting, as the message names it
+    v,  # its value
+    rule,  # what it may be: a `BARY_RANGES` entry
+    optional: bool = False,  # None stands for a default
+):
+    "`v` as a plain value, or a ValueError / TypeError naming `name`, the value and the rule."
+    if v is None and optional:
+        return v
+    if rule is bool or isinstance(rule, tuple):
+        if not (isinstance(v, bool) if rule is bool else v in rule):
+            what = 'True or False' if rule is bool else f"one of {rule}"
+            raise (TypeError if rule is bool else ValueError)(f"{name} must be {what}, got {v!r}")
+        return v
+    if rule == 'omega':
+        return v if v == 'auto' else check_scalar(f"{name} (or 'auto')", v, 1, 2, open_high=True)
+    return check_scalar(name, v, **rule)
+
+
+def check_bary_settings(
+    name: str = '{}',  # how a message names a setting: '{}' its name, "bary_kw[{!r}]" a key
+    **settings,  # some of the settings of `BARY_RANGES`
+) -> dict:
+    """The settings as plain values (None kept where it means a default), or a ValueError /
+    TypeError naming the first one outside its range."""
+    rule = lambda k: (BARY_RANGES[k], k in BARY_OPTIONAL)
+    return {k: check_setting(name.format(k), v, *rule(k)) for k, v in settings.items()}
+
 # %% ../../nbs/6_engine/34_barycenters.ipynb #a9aa0449
 def group_barycenters(
     h: torch.Tensor,  # (N, T, d) hidden states of the rollouts, in any order (never copied)
@@ -431,11 +482,17 @@ def group_barycenters(
     newton = solver == 'newton'
     inner_rtol = (1e-3 if newton else 0.03) if inner_rtol is None else inner_rtol
     inner_iter = (50 if newton else 200) if inner_iter is None else inner_iter
-    settings = dict(alpha=alpha, reg=reg, inner_rtol=inner_rtol, inner_iter=inner_iter)
-    settings.update(omega=omega, check_every=check_every, newton=newton, max_iter=max_iter)
     check_iterations(max_iter, check_every, omega, 'max_iter')
     if trials is not None:
         check_iterations(trials, 1, 1.0, 'trials')
+    s = check_bary_settings(
+        L_b=L_b, reg=reg, tol=tol, stop_thr=stop_thr, inner_rtol=inner_rtol,
+        inner_iter=inner_iter, anderson=anderson, warn=warn,
+    )  # fmt: skip
+    L_b, reg, tol, stop_thr = s['L_b'], s['reg'], s['tol'], s['stop_thr']
+    inner_rtol, inner_iter, anderson = s['inner_rtol'], s['inner_iter'], s['anderson']
+    settings = dict(alpha=alpha, reg=reg, inner_rtol=inner_rtol, inner_iter=inner_iter)
+    settings.update(omega=omega, check_every=check_every, newton=newton, max_iter=max_iter)
     settings.update(trials=TRIALS if trials is None else trials, adapt=trials is None)
     with torch.inference_mode():  # no autograd bookkeeping on the many small operations
         bar = barycenter_problem(

@@ -164,12 +164,39 @@ def check_binary(
 
 # %% ../../nbs/6_engine/38_checks.ipynb #chkout01
 def check_outcomes(
-    outcomes,  # (B,) outcome labels, any numeric or bool dtype (numpy arrays too)
+    # (B,) outcome labels: numbers or bools of any dtype (numpy arrays too), or any hashable labels
+    # (str, uuid, ...)
+    outcomes,
     B: int,  # rollouts in the batch
     device,  # where the batch lives
 ) -> torch.Tensor:
-    "Outcome labels (B,) on `device`, detached, or an error naming the problem (shape, NaN, dtype)."
-    o = torch.as_tensor(outcomes, device=device).detach()
+    """Outcome labels (B,) on `device`, detached, or an error naming the problem (shape, NaN,
+    dtype); labels that are not numbers are numbered 0, 1, ... in order of first appearance."""
+    if isinstance(outcomes, (str, bytes)):
+        raise TypeError(f"outcomes must be (B,) labels, got one {type(outcomes).__name__}")
+    try:
+        o = torch.as_tensor(outcomes, device=device).detach()
+    except (TypeError, ValueError, RuntimeError):  # not numbers: str, uuid, a numpy object array
+        try:
+            labels = list(outcomes)
+        except TypeError:
+            raise TypeError(
+                f"outcomes must be (B,) labels, got {type(outcomes).__name__} {outcomes!r}"
+            ) from None
+        if len(labels) != B:
+            raise ValueError(
+                f"outcomes must have shape (B,) = ({B},), got {len(labels)} labels"
+            ) from None
+        first = {}
+        try:
+            o = torch.tensor(
+                [first.setdefault(x, len(first)) for x in labels], dtype=torch.long, device=device
+            )  # (B,)
+        except TypeError:  # unhashable
+            bad = next((type(x).__name__ for x in labels if type(x).__hash__ is None), '?')
+            raise TypeError(
+                f"outcomes must be numbers, bools or hashable labels (str, uuid, ...), got a {bad}"
+            ) from None
     if tuple(o.shape) != (B,):
         raise ValueError(f"outcomes must have shape (B,) = ({B},), got {tuple(o.shape)}")
     if o.is_complex():

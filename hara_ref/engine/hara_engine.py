@@ -37,11 +37,15 @@ from hara_ref.engine.baselines import (
 from hara_ref.engine.novelty import (
     BARY_DEFAULTS,
     PLAN_DEFAULTS,
+    NOVELTY_OPTIONS,
+    check_not_meta,
     hara_novelty,
+    novelty_options,
 )
 
 # %% auto #0
-__all__ = ['REWEIGHTS', 'weight_options', 'checked_hara_weights', 'hara_advantages', 'reweight_advantages', 'needs_hidden']
+__all__ = ['BASES', 'REWEIGHTS', 'weight_options', 'checked_hara_weights', 'check_base', 'check_novelty_kw', 'hara_advantages',
+           'reweight_advantages', 'needs_hidden']
 
 # %% ../../nbs/6_engine/42_hara_engine.ipynb #chkw0cd1
 def weight_options(kappa, w_min, w_max) -> tuple:
@@ -58,10 +62,49 @@ def checked_hara_weights(
     w_min: float = 0.5,  # in [0, 1]
     w_max: float = 2.0,  # >= 1
 ) -> torch.Tensor:
-    "`hara_weights` (chapter 13) after checking its options; shape of x."
+    "`hara_weights` (chapter 13) after checking its options and inputs; shape of x."
     kappa, w_min, w_max = weight_options(kappa, w_min, w_max)
+    check_not_meta(x=x, A=A, active=active)
+    x, A = torch.as_tensor(x), torch.as_tensor(A)
+    if not (A.is_floating_point() and A.ndim == 1):
+        raise ValueError(f"A must be a floating (B,) tensor, got {A.dtype} {tuple(A.shape)}")
+    if not (x.is_floating_point() and x.ndim in (1, 2) and len(x) == len(A)):
+        raise ValueError(
+            f"x must be a floating (B,) or (B, T) tensor with B = {len(A)}, got {x.dtype} "
+            f"{tuple(x.shape)}"
+        )
+    for name, v in (('x', x), ('A', A)):
+        if not torch.isfinite(v).all():
+            at = tuple((~torch.isfinite(v)).nonzero()[0].tolist())
+            raise ValueError(f"{name} has NaN/Inf (first at {at}): a weight would be NaN")
     active = None if active is None else check_binary('active', active).to(A.device)  # (B,)
     return hara_weights(x, A, active, kappa, w_min, w_max)
+
+# %% ../../nbs/6_engine/42_hara_engine.ipynb #nkw00cd0
+BASES = ('grpo', 'drgrpo', 'dapo', 'rloo')  # the base advantages HARA reweights
+
+
+def check_base(base: str):
+    "A ValueError naming `base` unless it is one of `BASES` (checked even with given advantages)."
+    if base not in BASES:
+        raise ValueError(f"base must be one of {', '.join(BASES)}, got {base!r}")
+
+# %% ../../nbs/6_engine/42_hara_engine.ipynb #nkw00cd1
+def check_novelty_kw(
+    novelty_kw: dict,  # the keyword arguments `hara_advantages` passes on to `hara_novelty`
+):
+    "A TypeError naming the first key that `hara_advantages` cannot pass on."
+    for k in novelty_kw:
+        if k in ('keep', 'checked'):
+            raise TypeError(
+                f"hara_advantages sets hara_novelty's {k} itself (keep: the rollouts whose base "
+                "advantage is not 0; checked: True): do not pass it"
+            )
+        if k not in NOVELTY_OPTIONS:
+            raise TypeError(
+                f"hara_advantages got an unknown option {k!r}: besides its own, it takes "
+                f"hara_novelty's {', '.join(NOVELTY_OPTIONS)}"
+            )
 
 # %% ../../nbs/6_engine/42_hara_engine.ipynb #c2ecf4f5
 def hara_advantages(
@@ -91,8 +134,10 @@ def hara_advantages(
     """HARA oracle: token advantages (B, T), base advantages reweighted by FGW novelty; a record.
     Inputs that require grad (hidden, rewards, advantages) are detached: the weights carry no
     gradient, and the advantages returned hold no graph."""
+    check_novelty_kw(novelty_kw)  # every option first, before the batch is read
     if granularity not in ('seq', 'tok', 'span'):
         raise ValueError(f"granularity must be 'seq', 'tok' or 'span', got {granularity!r}")
+    check_base(base)
     kappa, w_min, w_max = weight_options(kappa, w_min, w_max)  # first
     given = [k for k, v in dict(span_len=span_len, boundaries=boundaries).items() if v is not None]
     if given and granularity != 'span':  # an option is used or refused, never ignored
@@ -105,8 +150,16 @@ def hara_advantages(
         raise ValueError("granularity='span' needs span_len or boundaries")
     if reference not in ('group', 'barycenter'):
         raise ValueError(f"reference must be 'group' or 'barycenter', got {reference!r}")
+    novelty_options(**novelty_kw)
+    check_not_meta(hidden=hidden, mask=mask, rewards=rewards, group_ids=group_ids)
+    check_not_meta(advantages=advantages, boundaries=boundaries, outcomes=outcomes)
     hidden, mask, rewards, group_ids, notes = check_rollouts(hidden, mask, rewards, group_ids)
     A = base_or_given(rewards, group_ids, base, advantages, hidden.dtype)  # (B,)
+    if kappa and A.numel() and not torch.isfinite(A.abs().max() * w_max):
+        raise ValueError(
+            f"advantages up to {float(A.abs().max()):.3g} times a weight up to w_max={w_max:g} "
+            f"overflow {A.dtype}: scale the advantages down"
+        )
     keep = (A != 0) & (kappa != 0)  # (B,) rollouts whose weights can differ from 1
     nov = hara_novelty(
         hidden, mask, rewards, group_ids, keep=keep, checked=True, outcomes=outcomes, **novelty_kw
@@ -155,6 +208,7 @@ def reweight_advantages(
 ) -> tuple:
     """Token advantages (B, T) and a `Reweighting` record from the credit-assignment method named
     `method`."""
+    check_base(base)
     if method == 'none':
         if kw:  # an option 'none' would ignore
             raise ValueError(f"method 'none' takes no options, got {sorted(kw)[0]}")

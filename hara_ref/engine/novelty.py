@@ -4,15 +4,23 @@
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #1f24459c
 from __future__ import annotations
+import inspect
 import math
 from dataclasses import dataclass, field
 import warnings
 import torch
 from ..ot.fgw import chain_positions
 from ..ot.lfgw import linear_cost, chain_tau_bar
-from .barycenters import group_barycenters
+from hara_ref.engine.barycenters import (
+    BARY_OPTIONAL,
+    BARY_RANGES,
+    check_setting,
+    group_barycenters,
+)
 from .bary_steps import feature_scales, rollout_costs
 from .exact import EXACT_DEFAULTS, exact_group_barycenters
+from .newton import semidual_newton
+from .sinkhorn import sinkhorn_log
 from hara_ref.hara.rollouts import (
     outcome_groups,
     pack_slots,
@@ -34,7 +42,9 @@ from hara_ref.hara.novelty import (
 )
 
 # %% auto #0
-__all__ = ['BARY_DEFAULTS', 'PLAN_DEFAULTS', 'MEDIAN_DEFAULTS', 'Novelty', 'stage_novelty', 'hara_novelty']
+__all__ = ['BARY_DEFAULTS', 'PLAN_DEFAULTS', 'MEDIAN_DEFAULTS', 'SOLVER_SETTINGS', 'SOLVERS', 'SOLVER_OF', 'OPTIONAL_SETTINGS',
+           'NOVELTY_OPTIONS', 'Novelty', 'stage_novelty', 'check_solver_kw', 'check_compute_dtype', 'novelty_options',
+           'check_not_meta', 'hara_novelty']
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #ac590db0
 @dataclass
@@ -51,14 +61,12 @@ class Novelty:
     slots: torch.Tensor  # (Y', K) batch index of each computed group's rollouts, -1 = none
     barycenters: torch.Tensor  # (Y', L_b, d) supports z_j of each computed barycenter
     tau_bar: torch.Tensor  # (L_b,) barycenter positions
-    # barycenter iterations, the most of any group (from `group_barycenters`)
-    bary_iters: object = None
+    bary_iters: object = None  # barycenter iterations, the most of any group
     # inner solver steps: {'barycenter': total over its iterations, 'final': final plans}
     inner_iters: object = None
     metric: str = 'fgw'
     notes: list = field(default_factory=list)
-    # (Y',) barycenter iterations of each computed group
-    bary_iters_group: torch.Tensor | None = None
+    bary_iters_group: torch.Tensor | None = None  # (Y',) iterations of each computed group
     # (Y',) each barycenter's estimated distance to its fixed point when it stopped (None: exact)
     bary_error: torch.Tensor | None = None
     # (B, T) token excess over the group e_{i,t} (`version_excess`; 0 if not computed)
@@ -69,8 +77,7 @@ class Novelty:
     # (B, L_b) stage novelty ν_{i,j} = ‖y_{i,j} - ȳ_{g,j}‖² (0 if not computed)
     stage_nov: torch.Tensor | None = None
     group_reference: str = 'geometric'  # how ȳ_{g,j} was taken: 'geometric' or 'entrywise' median
-    # Weiszfeld steps of the geometric reference (None: entrywise or none)
-    ref_iters: int | None = None
+    ref_iters: int | None = None  # Weiszfeld steps of the geometric reference (None: none)
 
     @property
     def bary_sizes(self) -> torch.Tensor:
@@ -108,14 +115,14 @@ MEDIAN_DEFAULTS = dict(tol=1e-9, max_iter=200)
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #0235fdcb
 def _group_notes(
-    rewards: torch.Tensor,  # (B,) rewards
+    rewards: torch.Tensor,  # (B,) rewards, or the outcome labels when `given`
     gsize: torch.Tensor,  # (B,) non-empty size of each rollout's outcome group
     L: torch.Tensor,  # (B,) rollout lengths
+    given: bool = False,  # the caller gave the outcomes: any labels are fine
 ) -> list:
-    """Notes on how the batch splits into outcome groups: non-binary rewards, no group to compare
-    within."""
+    "Notes on the outcome groups: rewards that are not binary, no group to compare with."
     notes = []
-    if not ((rewards == 0) | (rewards == 1)).all():
+    if not given and not ((rewards == 0) | (rewards == 1)).all():
         notes.append(
             f"rewards are not binary ({len(torch.unique(rewards))} distinct values): an outcome "
             "group is the rollouts of one prompt with exactly equal rewards"
@@ -136,21 +143,19 @@ def _cap_notes(info: dict, bary_kw: dict, final_kw: dict | None, kind: str = 'li
         bad = int((~info['converged_group']).sum())
         notes.append(
             f"{kind} barycenter: {bad} of {len(info['converged_group'])} outcome groups stopped at "
-            f"max_iter={bary_kw['max_iter']} "
-            f"without reaching tol={bary_kw['tol']:.0e}"
+            f"max_iter={bary_kw['max_iter']} without reaching tol={bary_kw['tol']:.0e}"
         )
     if final_kw is not None and info.get('final_unconverged', 0):
         notes.append(
             f"final plans: {info['final_unconverged']} entropic OT problems stopped at "
-            f"num_iter_max={final_kw['num_iter_max']} "
-            f"above stop_thr={final_kw['stop_thr']:.0e} (largest marginal error "
+            f"num_iter_max={final_kw['num_iter_max']} above stop_thr={final_kw['stop_thr']:.0e} "
+            "(largest marginal error "
             f"{float(info['marginal_err'].max()):.1e})"
         )
     if info.get('fgw_unconverged', 0):
         notes.append(
             f"{kind} barycenter: {info['fgw_unconverged']} FGW plans of the last iterations "
-            "stopped at "
-            "fgw's max_iter"
+            "stopped at fgw's max_iter"
         )
     floor = info.get('at_rounding_floor')  # (Y',) bool: stopped where the dtype rounds, tol not met
     if floor is not None and floor.any():
@@ -170,8 +175,7 @@ def _median_notes(info: dict, median_kw: dict | None) -> list:
     mk = {**MEDIAN_DEFAULTS, **(median_kw or {})}
     return [
         f"geometric group reference: {info['unconverged']} of {info['nodes']} stage medians "
-        "stopped at "
-        f"max_iter={mk['max_iter']} above tol={mk['tol']:.0e}"
+        f"stopped at max_iter={mk['max_iter']} above tol={mk['tol']:.0e}"
     ]
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #430ea7bf
@@ -230,39 +234,94 @@ def stage_novelty(
     nu[rows], e[rows], e_seq[rows] = version_excess(q, y, y_ref, mask[rows])
     return nu, e, e_seq, info
 
+# %% ../../nbs/6_engine/41_novelty_engine.ipynb #stg00cd0
+_INT1, _TOL = dict(lo=1, integer=True), dict(lo=0)  # a count or cap; a tolerance (0: rounding)
+_PLAN = dict(num_iter_max=_INT1, stop_thr=_TOL, check_every=_INT1, warn=bool)
+# the keys a caller may give in each dict, by (dict, solver), and what each may be (as in
+# `BARY_RANGES`, chapter 34_barycenters); the linearized barycenter's L_b and reg are arguments
+SOLVER_SETTINGS = {
+    ('bary_kw', 'linearized'): {k: v for k, v in BARY_RANGES.items() if k not in ('L_b', 'reg')},
+    ('bary_kw', 'exact'): dict(max_iter=_INT1, tol=_TOL, warn=bool),
+    ('plan_kw', 'newton'): dict(_PLAN, chunk=_INT1),
+    ('plan_kw', 'sinkhorn'): dict(_PLAN, omega='omega'),
+    ('median_kw', 'geometric'): dict(tol=_TOL, max_iter=_INT1),
+}
+# the function each dict goes to, and the keys whose None stands for its default
+SOLVERS = (group_barycenters, exact_group_barycenters, semidual_newton, sinkhorn_log)
+SOLVER_OF = dict(zip(SOLVER_SETTINGS, SOLVERS + (group_geometric_median,)))
+OPTIONAL_SETTINGS = BARY_OPTIONAL + ('chunk',)
+
+# %% ../../nbs/6_engine/41_novelty_engine.ipynb #stg00cd2
+def check_solver_kw(
+    kw,  # the caller's dict, or None
+    where: str,  # 'bary_kw', 'plan_kw' or 'median_kw'
+    variant: str,  # the solver it goes to: 'linearized' | 'exact', 'newton' | 'sinkhorn', ...
+) -> dict:
+    """`kw`, its values checked and made plain numbers, or an error naming the bad key: a key
+    `hara_novelty` sets itself, an unknown one (the valid ones named), a bad value."""
+    if not isinstance(kw := {} if kw is None else kw, dict):
+        raise TypeError(f"{where} must be a dict or None, got {type(kw).__name__} {kw!r}")
+    rules, fn = SOLVER_SETTINGS[where, variant], SOLVER_OF[where, variant]
+    if bad := [k for k in kw if k not in rules]:
+        if (k := bad[0]) in inspect.signature(fn).parameters:  # a solver keyword set here
+            by = f"'s own argument {k}: give it there" if k in NOVELTY_OPTIONS else ' itself'
+            raise ValueError(f"{where}[{k!r}] is set by hara_novelty{by}")
+        raise ValueError(f"{where} has an unknown key {k!r}: {fn.__name__} takes {sorted(rules)}")
+    opt = OPTIONAL_SETTINGS
+    return {k: check_setting(f"{where}[{k!r}]", v, rules[k], k in opt) for k, v in kw.items()}
+
+# %% ../../nbs/6_engine/41_novelty_engine.ipynb #stg00cd3
+def check_compute_dtype(v) -> torch.dtype | None:
+    "`compute_dtype` (a dtype, its name or None) as float64, float32 or None, or an error why not."
+    want = "torch.float64, torch.float32 (or their names) or None"
+    dt = getattr(torch, v, None) if isinstance(v, str) else v
+    if v is None or dt in (torch.float64, torch.float32):
+        return dt
+    if not isinstance(dt, torch.dtype):
+        raise TypeError(f"compute_dtype must be {want}, got {type(v).__name__} {v!r}")
+    eps = torch.finfo(dt).eps if dt in (torch.float16, torch.bfloat16) else 0
+    why = (
+        f"its rounding (eps {eps:.1e}) floors the barycenter's tolerance at 100 eps = "
+        f"{100 * eps:.2g}, so the iteration would stop at once, far from its fixed point"
+        if eps
+        else "the solves need a real floating dtype"
+    )
+    raise ValueError(f"compute_dtype must be {want}, got {dt}: {why}")
+
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #stg00cd1
-def _checked_options(
-    hidden: torch.Tensor,  # (B, T, d) hidden states (checked)
-    mask: torch.Tensor,  # (B, T) bool (checked)
-    keep: torch.Tensor | None,  # (B,) bool or None
-    metric: str,  # 'fgw' | 'w' | 'gw' | 'embed'
-    barycenter: str,  # 'linearized' | 'exact'
-    group_reference: str,  # 'geometric' | 'entrywise'
-    normalize: str,  # 'unit' | 'none' | 'mean_norm'
-    alpha: float,  # FGW trade-off in [0, 1]
-    reg: float,  # entropic ε > 0
-    L_b: int,  # barycenter size >= 1
-) -> tuple:
-    """`hara_novelty`'s options, checked: keep (B,) bool tensor or None, α (0 for 'w', 1 for 'gw'),
-    ε and L_b as Python numbers."""
-    if metric not in ('fgw', 'w', 'gw', 'embed'):
-        raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {metric!r}")
-    if barycenter not in ('linearized', 'exact'):
-        raise ValueError(f"barycenter must be 'linearized' or 'exact', got {barycenter!r}")
-    if group_reference not in ('geometric', 'entrywise'):
-        raise ValueError(
-            f"group_reference must be 'geometric' or 'entrywise', got {group_reference!r}"
-        )
-    if normalize not in ('unit', 'none', 'mean_norm'):
-        raise ValueError(f"normalize must be 'unit', 'none' or 'mean_norm', got {normalize!r}")
-    alpha = {'w': 0.0, 'gw': 1.0}.get(metric, check_scalar('alpha', alpha, 0, 1))  # checked always
-    reg, L_b = check_scalar('reg', reg, 0, open_low=True), check_scalar('L_b', L_b, 1, integer=True)
-    B, _, _ = hidden.shape
-    if keep is not None:
-        keep = check_binary('keep', torch.as_tensor(keep, device=mask.device))
-    if keep is not None and tuple(keep.shape) != (B,):
-        raise ValueError(f"keep must have shape ({B},), got {tuple(keep.shape)}")
-    return keep, alpha, reg, L_b
+def novelty_options(
+    **options,  # any of `NOVELTY_OPTIONS` (the others: `hara_novelty`'s defaults)
+) -> dict:
+    """`hara_novelty`'s options, checked before any work: all of them as plain values (α 0 for 'w',
+    1 for 'gw'; the dicts' values checked), or a ValueError / TypeError naming the first bad one."""
+    if bad := [k for k in options if k not in NOVELTY_OPTIONS]:
+        raise TypeError(f"unknown option {bad[0]!r}: the options are {', '.join(NOVELTY_OPTIONS)}")
+    o = {**NOVELTY_OPTIONS, **options}
+    if o['metric'] not in ('fgw', 'w', 'gw', 'embed'):
+        raise ValueError(f"metric must be 'fgw', 'w', 'gw' or 'embed', got {o['metric']!r}")
+    if o['barycenter'] not in ('linearized', 'exact'):
+        raise ValueError(f"barycenter must be 'linearized' or 'exact', got {o['barycenter']!r}")
+    if (ref := o['group_reference']) not in ('geometric', 'entrywise'):
+        raise ValueError(f"group_reference must be 'geometric' or 'entrywise', got {ref!r}")
+    if o['normalize'] not in ('unit', 'none', 'mean_norm'):
+        raise ValueError(f"normalize must be 'unit', 'none' or 'mean_norm', got {o['normalize']!r}")
+    o['alpha'] = {'w': 0.0, 'gw': 1.0}.get(o['metric'], check_scalar('alpha', o['alpha'], 0, 1))
+    o['reg'] = check_scalar('reg', o['reg'], 0, open_low=True)
+    o['L_b'] = check_scalar('L_b', o['L_b'], 1, integer=True)
+    if not isinstance(o['final_plans'], bool):
+        raise TypeError(f"final_plans must be True or False, got {o['final_plans']!r}")
+    o['compute_dtype'] = check_compute_dtype(o['compute_dtype'])
+    o['bary_kw'] = check_solver_kw(o['bary_kw'], 'bary_kw', o['barycenter'])
+    o['plan_kw'] = check_solver_kw(o['plan_kw'], 'plan_kw', o['bary_kw'].get('solver', 'newton'))
+    o['median_kw'] = check_solver_kw(o['median_kw'], 'median_kw', 'geometric')
+    return o
+
+# %% ../../nbs/6_engine/41_novelty_engine.ipynb #stg00cd7
+def check_not_meta(**tensors):
+    "A ValueError naming the first of `tensors` on the meta device, which holds no values."
+    for name, x in tensors.items():
+        if isinstance(x, torch.Tensor) and x.device.type == 'meta':
+            raise ValueError(f"{name} is on the meta device: it has a shape but no values")
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #stg01cd1
 def _computed_groups(
@@ -270,6 +329,7 @@ def _computed_groups(
     group_ids: torch.Tensor,  # (B,) integer prompt ids
     mask: torch.Tensor,  # (B, T) bool
     keep: torch.Tensor | None,  # (B,) bool or None
+    given: bool = False,  # `rewards` are the caller's outcome labels
 ) -> tuple:
     """Outcome group og (B,), non-empty size of each rollout's group (B,), computed rollouts (B,)
     bool, the computed groups' members slots (Y', K), each rollout's computed group gc (B,) in
@@ -281,16 +341,16 @@ def _computed_groups(
     slots = pack_slots(og, computed)
     # (B,) computed group of each rollout, -1 = none
     gc = torch.where(computed, torch.searchsorted(torch.unique(og[computed]), og), -1)
-    return og, gsize, computed, slots, gc, _group_notes(rewards, gsize, L)
+    return og, gsize, computed, slots, gc, _group_notes(rewards, gsize, L, given)
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #stg02cd1
 def _solver_settings(
     dtype: torch.dtype,  # of the hidden states
     metric: str,  # 'fgw' | 'w' | 'gw' | 'embed'
     barycenter: str,  # 'linearized' | 'exact'
-    bary_kw: dict | None,  # the caller's barycenter keywords
+    bary_kw: dict | None,  # the caller's barycenter keywords (checked)
     final_plans: bool,  # solve the final plans
-    plan_kw: dict | None,  # the caller's final plan keywords
+    plan_kw: dict | None,  # the caller's final plan keywords (checked)
 ) -> tuple:
     """Keywords of the barycenter solver, and of the final plans (None: no final plans)."""
     fs = (
@@ -452,52 +512,56 @@ def hara_novelty(
     mask: torch.Tensor,  # (B, T) bool, True on a prefix of each row
     rewards: torch.Tensor,  # (B,) rewards
     group_ids: torch.Tensor,  # (B,) prompt ids: integers, or str (any hashable)
-    # (B,) bool: compute only outcome groups with a kept member (default all)
-    keep: torch.Tensor | None = None,
-    # 'fgw' | 'w' (α=0) | 'gw' (α=1) | 'embed' (barycenter mean to last hidden state)
-    metric: str = 'fgw',
+    keep: torch.Tensor | None = None,  # (B,) bool: only groups with a kept member (default all)
+    metric: str = 'fgw',  # 'fgw' | 'w' (α=0) | 'gw' (α=1) | 'embed' (mean to last state)
     alpha: float = 0.25,  # α of FGW (paper: 0.25)
     L_b: int = 32,  # barycenter size (paper: 32)
     reg: float = 0.05,  # entropic ε (paper: 0.05)
     normalize: str = 'unit',  # feature normalisation (ours: unit norm)
-    # more keyword arguments for `group_barycenters` (max_iter, tol, inner_iter, warn, ...), or
-    # `exact_group_barycenters`
+    # keywords of `group_barycenters` or `exact_group_barycenters` (`SOLVER_SETTINGS` lists them)
     bary_kw: dict | None = None,
     # solve the plans once more against the returned barycenter (False: reuse the last iteration's)
     final_plans: bool = True,
-    # keyword arguments of that final solve (num_iter_max, stop_thr, ...; `semidual_newton`, or
-    # `sinkhorn_log` with bary_kw=dict(solver='sinkhorn'))
+    # keywords of that final solve: `semidual_newton`'s, or `sinkhorn_log`'s with bary_kw's
+    # solver 'sinkhorn' (num_iter_max, stop_thr, ...)
     plan_kw: dict | None = None,
-    # the inputs already went through `check_rollouts` (skip a second pass over hidden)
-    checked: bool = False,
-    # 'linearized' (`group_barycenters`) | 'exact' (chapter 35_exact's `exact_group_barycenters`; no
-    # final plans)
+    checked: bool = False,  # the inputs went through `check_rollouts` (no second pass)
+    # 'linearized' (`group_barycenters`) | 'exact' (`exact_group_barycenters`; no final plans)
     barycenter: str = 'linearized',
-    # the group's stage versions: 'geometric' median (ours) | 'entrywise' median
-    group_reference: str = 'geometric',
+    group_reference: str = 'geometric',  # ȳ: 'geometric' median (ours) | 'entrywise' median
     median_kw: dict | None = None,  # tol, max_iter of the geometric median (`MEDIAN_DEFAULTS`)
-    # the dtype of every solve (float64: a float32 input gets float64's answer on its values; None:
-    # the input's dtype, whose rounding floor `notes` names when a group meets it)
+    # the dtype of every solve, float64 or float32 (float64: a float32 input gets float64's
+    # answer; None: the input's dtype, whose rounding floor `notes` names where a group meets it)
     compute_dtype: torch.dtype | None = torch.float64,
-    # (B,) labels whose equal values make the outcome groups (default: the rewards)
-    outcomes: torch.Tensor | None = None,
+    outcomes: torch.Tensor | None = None,  # (B,) labels of the outcome groups (default: rewards)
 ) -> Novelty:
     """Token and sequence novelty of every rollout relative to its outcome group's barycenter,
     linearized or exact (nbs/hara_math.ipynb §6)."""
+    # its options (here, where the arguments are its only locals), checked before any work
+    o = novelty_options(**{k: v for k, v in locals().items() if k in NOVELTY_OPTIONS})
+    alpha, L_b, reg, median_kw = o['alpha'], o['L_b'], o['reg'], o['median_kw']
+    if not isinstance(checked, bool):
+        raise TypeError(f"checked must be True or False, got {checked!r}")
+    check_not_meta(hidden=hidden, mask=mask, rewards=rewards, group_ids=group_ids)
+    check_not_meta(keep=keep, outcomes=outcomes)
     hidden, mask, rewards, group_ids, notes = (
         (hidden, mask, rewards, group_ids, [])
         if checked
         else check_rollouts(hidden, mask, rewards, group_ids)
     )
-    keep, alpha, reg, L_b = _checked_options(
-        hidden, mask, keep, metric, barycenter, group_reference, normalize, alpha, reg, L_b
-    )
-    dtype = hidden.dtype
-    hidden = hidden.to(compute_dtype or dtype)  # (B, T, d) a copy only for another dtype
+    if keep is not None:  # (B,) bool on the batch's device
+        keep = check_binary('keep', torch.as_tensor(keep, device=mask.device))
+        if tuple(keep.shape) != (len(mask),):
+            raise ValueError(f"keep must have shape ({len(mask)},), got {tuple(keep.shape)}")
+    dtype, hidden = hidden.dtype, hidden.to(o['compute_dtype'] or hidden.dtype)  # (B, T, d)
     if outcomes is not None:  # the outcome groups follow these labels, not the rewards
         rewards = check_outcomes(outcomes, len(mask), mask.device)
-    og, gsize, computed, slots, gc, group_notes = _computed_groups(rewards, group_ids, mask, keep)
-    bk, fs = _solver_settings(hidden.dtype, metric, barycenter, bary_kw, final_plans, plan_kw)
+    og, gsize, computed, slots, gc, group_notes = _computed_groups(
+        rewards, group_ids, mask, keep, outcomes is not None
+    )
+    bk, fs = _solver_settings(
+        hidden.dtype, metric, barycenter, o['bary_kw'], final_plans, o['plan_kw']
+    )
     # (Y', L_b, d) supports, the solver's info and `Novelty` fields, its cap notes
     Z, info, solver, caps = _barycenters(
         hidden, mask, gc, len(slots), alpha, L_b, reg, normalize, barycenter, bk, fs
@@ -526,3 +590,11 @@ def hara_novelty(
         **compared,  # nbar, stage_nov, excess, excess_seq, ref_iters
     )
     return _in_dtype(nov, dtype)  # the record in the input's dtype
+
+# %% ../../nbs/6_engine/41_novelty_engine.ipynb #stg00cd6
+# `hara_novelty`'s options and their defaults: its arguments but the batch (`novelty_options`)
+NOVELTY_OPTIONS = {
+    k: p.default
+    for k, p in inspect.signature(hara_novelty).parameters.items()
+    if k not in ('hidden', 'mask', 'rewards', 'group_ids', 'keep', 'checked', 'outcomes')
+}

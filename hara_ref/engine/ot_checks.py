@@ -11,9 +11,9 @@ from ..ot.entropic import sinkhorn_reference, semidual_reference
 from ..ot.fgw import fgw, normalize_features
 
 # %% auto #0
-__all__ = ['SUM_TOL', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'check_iterations', 'checked_sinkhorn_reference',
-           'checked_semidual_reference', 'check_fgw_inputs', 'check_fgw_start', 'checked_fgw', 'feature_norms',
-           'checked_normalize_features']
+__all__ = ['SUM_TOL', 'as_reg', 'broadcast_batch', 'check_ot_inputs', 'check_iterations', 'check_tolerance', 'check_one_problem',
+           'renormalised', 'checked_sinkhorn_reference', 'checked_semidual_reference', 'check_fgw_inputs',
+           'check_fgw_start', 'checked_fgw', 'feature_norms', 'checked_normalize_features']
 
 # %% ../../nbs/6_engine/36_ot_checks.ipynb #b376d7ba
 def as_reg(
@@ -120,21 +120,64 @@ def check_iterations(
     if not omega == 'auto' and not (isinstance(omega, (int, float)) and 1 <= omega < 2):
         raise ValueError(f"omega must be in [1, 2) or 'auto', got {omega!r}")
 
+# %% ../../nbs/6_engine/36_ot_checks.ipynb #otc44sk0
+def check_tolerance(
+    value,  # a stopping tolerance: a real number >= 0 (Python, NumPy, or a 0-d tensor)
+    name: str,  # its name in the caller, for the message
+) -> float:  # the value as a Python float
+    "A stopping tolerance as a float; `nan`, a negative value or anything but a real number raises."
+    if isinstance(value, (torch.Tensor, np.ndarray)) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number >= 0, got {type(value).__name__} {value!r}")
+    if not value >= 0:  # nan fails this too
+        raise ValueError(f"{name} must be a number >= 0, got {value}")
+    return float(value)
+
+
+def check_one_problem(
+    a: torch.Tensor,  # (n,) source weights, as `check_ot_inputs` returns them
+    b: torch.Tensor,  # (m,) target weights
+    M: torch.Tensor,  # (n, m) cost
+) -> None:
+    "Raise unless (a, b, M) is one problem whose `a` has mass: what the lessons' solvers take."
+    if a.ndim != 1 or b.ndim != 1 or M.ndim != 2:
+        raise ValueError(
+            f"the reference solvers take one problem: a (n,), b (m,), M (n, m); got a "
+            f"{tuple(a.shape)}, b {tuple(b.shape)}, M {tuple(M.shape)} (a batch: `sinkhorn_log`, "
+            "`semidual_newton`)"
+        )
+    if not (a > 0).any():
+        raise ValueError("a is all zero: one problem needs source weights of sum 1")
+
+
+def renormalised(
+    w: torch.Tensor,  # (n,) weights whose total `check_ot_inputs` accepted (within `SUM_TOL` of 1)
+) -> torch.Tensor:  # (n,) w, divided by its total where that is off 1 by more than its rounding
+    """Weights of total 1 to rounding: a total off 1 by more than $n\\epsilon_{\\mathrm{mach}}$ is
+    divided out."""
+    s = float(w.sum())
+    return w / s if abs(s - 1) > len(w) * torch.finfo(w.dtype).eps else w
+
 # %% ../../nbs/6_engine/36_ot_checks.ipynb #otc44sk1
 def checked_sinkhorn_reference(
     a: torch.Tensor,  # (n,) source weights, sum 1 (zeros allowed); or a NumPy array
     b: torch.Tensor,  # (m,) target weights, sum 1
     M: torch.Tensor,  # (n, m) cost
     reg: float,  # entropic regulariser $\varepsilon > 0$ (any real scalar, see `as_reg`)
-    stop_thr: float = 1e-9,  # as `sinkhorn_reference`
+    stop_thr: float = 1e-9,  # as `sinkhorn_reference`, a number >= 0
     num_iter_max: int = 10000,  # most iterations, an integer >= 1
     warn: bool = True,  # `ConvergenceWarning` when num_iter_max is reached first
     log: bool = False,  # dict(n_iter, err, converged, stop_thr) in place of n_iter
 ) -> tuple:  # plan (n, m), iterations run (or the log dict)
-    "`sinkhorn_reference` (chapter 05) after `check_ot_inputs` and `check_iterations`."
+    """`sinkhorn_reference` (chapter 05) on one problem that passed `check_ot_inputs`,
+    `check_one_problem`, `check_iterations` and `check_tolerance`, its weights `renormalised`."""
     a, b, M = check_ot_inputs(a, b, M, reg)  # (n,), (m,), (n, m) tensors
+    check_one_problem(a, b, M)
     check_iterations(num_iter_max, 1, 1.0)
-    return sinkhorn_reference(a, b, M, reg, stop_thr, num_iter_max, warn, log)
+    stop_thr = check_tolerance(stop_thr, 'stop_thr')
+    a, b = renormalised(a), renormalised(b)  # (n,), (m,)
+    return sinkhorn_reference(a, b, M, as_reg(reg), stop_thr, num_iter_max, warn, log)
 
 
 def checked_semidual_reference(
@@ -142,15 +185,19 @@ def checked_semidual_reference(
     b: torch.Tensor,  # (m,) target weights, all > 0, sum 1
     M: torch.Tensor,  # (n, m) cost
     reg: float,  # entropic regulariser $\varepsilon > 0$
-    tol: float = 1e-10,  # as `semidual_reference`
+    tol: float = 1e-10,  # as `semidual_reference`, a number >= 0
     max_iter: int = 100,  # most Newton steps, an integer >= 1
     warn: bool = True,  # `ConvergenceWarning` when max_iter is reached first
     log: bool = False,  # dict(n_iter, err, converged, stop_thr) in place of the steps
 ) -> tuple:  # plan (n, m), Newton steps taken (or the log dict)
-    "`semidual_reference` (chapter 05) after `check_ot_inputs` and `check_iterations`."
+    """`semidual_reference` (chapter 05) on one problem that passed `check_ot_inputs`,
+    `check_one_problem`, `check_iterations` and `check_tolerance`, its weights `renormalised`."""
     a, b, M = check_ot_inputs(a, b, M, reg)  # (n,), (m,), (n, m) tensors
+    check_one_problem(a, b, M)
     check_iterations(max_iter, 1, 1.0, 'max_iter')
-    return semidual_reference(a, b, M, reg, tol, max_iter, warn, log)
+    tol = check_tolerance(tol, 'tol')
+    a, b = renormalised(a), renormalised(b)  # (n,), (m,)
+    return semidual_reference(a, b, M, as_reg(reg), tol, max_iter, warn, log)
 
 # %% ../../nbs/6_engine/36_ot_checks.ipynb #cb9c4db9
 def check_fgw_inputs(
@@ -212,11 +259,15 @@ def checked_fgw(
     alpha: float = 0.25,  # structure weight in [0, 1]
     G0: torch.Tensor | None = None,  # (n, m) initial plan in $\Pi(p, q)$ (default $pq^\top$)
     max_iter: int = 10000,  # most Frank-Wolfe iterations, an integer >= 1
-    **kwargs,  # passed to `fgw` (tol_rel, tol_abs, log, warn)
+    **kwargs,  # passed to `fgw` (tol_rel, tol_abs: numbers >= 0; log, warn)
 ):  # plan (n, m) [, log], as `fgw`
-    "`fgw` (chapter 06) after `check_fgw_inputs`, `check_iterations` and `check_fgw_start`."
+    """`fgw` (chapter 06) after `check_fgw_inputs`, `check_iterations`, `check_tolerance` (on
+    `tol_rel`, `tol_abs`) and `check_fgw_start`."""
     p, q = check_fgw_inputs(M, C1, C2, p, q, alpha)  # (n,), (m,)
     check_iterations(max_iter, 1, 1.0, 'max_iter')
+    for key in ('tol_rel', 'tol_abs'):
+        if key in kwargs:
+            kwargs[key] = check_tolerance(kwargs[key], key)
     check_fgw_start(M, p, q, G0)
     return fgw(M, C1, C2, p, q, alpha, G0, max_iter, **kwargs)
 
@@ -226,6 +277,7 @@ def feature_norms(
     mask: torch.Tensor | None = None,  # (..., T) bool rows that are read (default: all)
     per_rollout: bool = False,  # one power of two for all read rows of a rollout
     norms: torch.Tensor | None = None,  # (..., T) plain norms of h, if already computed
+    all_rows: bool = False,  # with per_rollout: the rows not read get that power of two too
 ) -> tuple:  # h (..., T, d) (copied if rescaled), norms (..., T)
     "Row norms that neither under- nor overflow: rows whose squares leave the range scaled by 2^-e."
     norms = torch.linalg.vector_norm(h, dim=-1) if norms is None else norms  # (..., T)
@@ -233,12 +285,14 @@ def feature_norms(
     # squares below `tiny` lose bits: a norm above sqrt(d tiny / eps) loses at most eps² of itself
     off = (norms < math.sqrt(h.shape[-1] * fi.tiny / fi.eps)) | torch.isinf(norms)  # (..., T)
     read = torch.ones_like(off) if mask is None else mask.expand_as(off)  # (..., T)
-    off = (off.any(-1, keepdim=True) if per_rollout else off) & read  # (..., T)
+    off = off & read  # (..., T) only the rows that are read decide
+    if per_rollout:  # every read row of such a rollout (every row, with all_rows)
+        off = off.any(-1, keepdim=True).expand_as(read) & (read | all_rows)  # (..., T)
     if not off.any():
         return h, norms
-    a = torch.where(off, h.abs().amax(-1), 0)  # (..., T) largest entry of each rescaled row
+    a = torch.where(off & read, h.abs().amax(-1), 0)  # (..., T) largest entry of each read row
     if per_rollout:
-        a = torch.where(off, a.amax(-1, keepdim=True), 0)  # (..., T)
+        a = torch.where(off, a.amax(-1, keepdim=True), 0)  # (..., T) the rollout's largest
     e = torch.frexp(a).exponent.to(h.dtype).unsqueeze(-1)  # (..., T, 1) a = f 2^e, f in [1/2, 1)
     # 2^-e in two factors: one alone overflows for subnormal rows (2^1074)
     scaled = h * torch.exp2(-(e // 2)) * torch.exp2(e // 2 - e)  # (..., T, d)
@@ -254,6 +308,6 @@ def checked_normalize_features(
     """`normalize_features` (chapter 06) on rows first rescaled by powers of two (`feature_norms`):
     exact at any scale, and the lesson's numbers wherever its plain norms are in range."""
     if how in ('unit', 'mean_norm'):
-        rollout = how == 'mean_norm'
-        h = feature_norms(h, mask if rollout else None, rollout)[0]  # (..., T, d)
+        rollout = how == 'mean_norm'  # one power of two per rollout, on all its rows
+        h = feature_norms(h, mask if rollout else None, rollout, all_rows=rollout)[0]
     return normalize_features(h, how, mask)  # (..., T, d)

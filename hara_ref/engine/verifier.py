@@ -33,22 +33,29 @@ def check_aligned(logits: torch.Tensor, ids: torch.Tensor, name: str) -> None:
 
 
 def check_token_inputs(logits: torch.Tensor, targets: torch.Tensor) -> None:
-    "Raise unless logits (B, T, V) and targets (B, T) align, targets are ids in [0, V), no NaN."
+    """Raise unless logits (B, T, V) and targets (B, T) align, targets are integer ids in [0, V),
+    and every row of logits is a distribution: no NaN or +inf, a finite largest logit."""
     check_aligned(logits, targets, 'targets')
-    if targets.dtype not in (torch.int64, torch.int32):
+    if targets.is_floating_point() or targets.is_complex() or targets.dtype == torch.bool:
         raise TypeError(f"targets must be integer token ids, got {targets.dtype}")
-    if targets.numel() and (targets.min() < 0 or targets.max() >= logits.shape[-1]):
+    t = targets.long()  # (B, T) int64: min and max exist for every integer dtype
+    if t.numel() and (t.min() < 0 or t.max() >= logits.shape[-1]):
         raise ValueError(
-            f"targets must lie in [0, V={logits.shape[-1]}), got range [{targets.min()}, "
-            f"{targets.max()}]"
+            f"targets must lie in [0, V={logits.shape[-1]}), got range [{t.min()}, {t.max()}]"
         )
-    if torch.isnan(logits).any():
-        raise ValueError("logits contain NaN")
+    if (torch.isnan(logits) | (logits == math.inf)).any():
+        raise ValueError("logits contain NaN or +inf (log-probabilities would be NaN)")
+    dead = (logits == -math.inf).all(-1)  # (B, T) rows with no token of positive probability
+    if logits.shape[-1] and dead.any():
+        raise ValueError(
+            f"every logit is -inf at (batch, position) {tuple(dead.nonzero()[0].tolist())}: no "
+            "distribution there (log-probabilities would be NaN)"
+        )
 
 # %% ../../nbs/6_engine/43_verifier_engine.ipynb #ve43chk3
 def checked_token_logprobs(
     logits: torch.Tensor,  # (B, T, V) next-token logits, aligned with `targets`
-    targets: torch.Tensor,  # (B, T) int64/int32 token ids in [0, V)
+    targets: torch.Tensor,  # (B, T) integer token ids in [0, V), any integer dtype
 ) -> torch.Tensor:  # (B, T) log pi(targets[b, t])
     "Chapter 02's `token_logprobs` after `check_token_inputs`."
     check_token_inputs(logits, targets)
@@ -85,13 +92,15 @@ def checked_sequence_logprob(
     token_logp: torch.Tensor,  # (B, T) token log-probabilities
     mask: torch.Tensor,  # (B, T) bool (or 0/1), True on the tokens of the response
 ) -> torch.Tensor:  # (B,)
-    "Chapter 02's `sequence_logprob` after checking the shapes and that no kept entry is NaN."
+    """Chapter 02's `sequence_logprob` after checking the shapes and that no kept entry is NaN or
+    +inf."""
     if mask.shape != token_logp.shape:
         raise ValueError(
             f"mask {tuple(mask.shape)} and token_logp {tuple(token_logp.shape)} differ in shape"
         )
-    if torch.isnan(token_logp[mask.bool()]).any():
-        raise ValueError("token_logp is NaN at a masked-in position")
+    read = token_logp[mask.bool()]  # the entries the sum reads; -inf is log 0, a number
+    if (torch.isnan(read) | (read == math.inf)).any():
+        raise ValueError("token_logp is +inf or NaN at a masked-in position")
     return sequence_logprob(token_logp, mask)  # (B,)
 
 # %% ../../nbs/6_engine/43_verifier_engine.ipynb #ve43chk9

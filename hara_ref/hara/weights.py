@@ -89,9 +89,9 @@ def hara_reference(
     z = hidden.new_zeros(G, T)  # (G, T)
     out = dict(n=z, x=mask.to(z.dtype), w=z + 1, nu=z.new_zeros(G, o['L_b']))
     for r in rewards.unique():  # each outcome group g: the rollouts with the same reward
-        g = (rewards == r).nonzero()[:, 0]  # (K,)
-        if A[g[0]] == 0 or len(g) < 2:
-            continue  # no advantage, or nothing to compare with: w = 1
+        g = ((rewards == r) & mask.any(-1)).nonzero()[:, 0]  # (K,) its non-empty rollouts
+        if len(g) < 2 or A[g[0]] == 0:
+            continue  # nothing to compare with, or no advantage: w = 1
         m = mask[g]  # (K, T)
         C, phi, c = group_novelty(hidden[g], m, o)  # (K, T, L_b), (K, T, d+1), (K, T)
         x, nu = stage_excess(C, phi, m, c.sum(-1).mean(), o)  # (K, T), (K, L_b)

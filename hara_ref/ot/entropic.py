@@ -128,10 +128,11 @@ def semidual_reference(
     max_iter: int = 100,  # most Newton steps
     warn: bool = True,  # `ConvergenceWarning` when max_iter is reached first
     log: bool = False,  # dict(n_iter, err, converged, stop_thr) in place of the steps
-) -> tuple:  # plan (n, m), Newton steps taken (or the log dict)
-    """Entropic OT by Newton's method on the semi-dual (N1)-(N3): the reference, one problem.
+) -> tuple:  # plan (n, m) in the dtype of M, Newton steps taken (or the log dict)
+    """Entropic OT by Newton's method on the semi-dual (N1)-(N3), in float64: the reference.
     No input checks: [`checked_semidual_reference`](../6_engine/36_ot_checks.ipynb) has them."""
-    thr = max(tol, float(stop_floor(M, b, reg)))  # what the dtype can resolve
+    thr = max(tol, float(stop_floor(M, b, reg)))  # what the input dtype can resolve
+    dtype, (a, b, M) = M.dtype, (x.double() for x in (a, b, M))  # float64 inside
     logK, ell = -M / reg, torch.zeros_like(b)  # (n, m), (m,)
     J = lambda ell: float((b * ell).sum() - (a * torch.logsumexp(logK + ell, 1)).sum())  # (N1)
     for it in range(max_iter + 1):  # it: Newton steps taken so far
@@ -146,4 +147,5 @@ def semidual_reference(
     if warn and err >= thr:
         msg = f"stopped at max_iter={max_iter} Newton steps with marginal error {err:.2e} >= "
         warnings.warn(f"semidual_reference: {msg}tol {thr:.1e}", ConvergenceWarning, stacklevel=2)
+    T = T.to(dtype)  # (n, m)
     return T, (dict(n_iter=it, err=err, converged=err < thr, stop_thr=thr) if log else it)

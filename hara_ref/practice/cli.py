@@ -15,7 +15,7 @@ import typing
 from pathlib import Path
 
 # %% auto #0
-__all__ = ['COMMANDS', 'TRAIN_FLAGS', 'main', 'field_comments', 'add_dataclass_flags', 'csv_values', 'seed_values',
+__all__ = ['COMMANDS', 'TRAIN_FLAGS', 'main', 'field_comments', 'add_dataclass_flags', 'csv_values', 'seed_values', 'FlagParser',
            'train_parser', 'as_flags', 'configs_from_args', 'hooks_for', 'train_cli']
 
 # %% ../../nbs/5_practice/29_cli.ipynb #294267e7
@@ -163,12 +163,20 @@ TRAIN_FLAGS = dict(
 )
 
 
+class FlagParser(argparse.ArgumentParser):
+    """`argparse`'s parser, but a usage error is one line, `prog: error: ...` naming the flag (exit
+    code 2), as every other refused flag is."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the flags)\n")
+
+
 def train_parser() -> argparse.ArgumentParser:
     "The flags of `hara-ref train`, generated from `ExperimentConfig` and `TrainConfig`."
     from hara_ref.trainer.experiment import ExperimentConfig
     from hara_ref.trainer.step import TrainConfig
 
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog='hara-ref train',
         description=(
             'RLVR (GRPO / Dr.GRPO / DAPO / RLOO / HP-RLVR) of a Qwen3 model, with and without HARA.'
@@ -215,9 +223,19 @@ def _check_paths(ex):
     if ex.model and (bad := checkpoint_problem(ex.model)):
         raise ValueError(f"--model {ex.model!r}: {bad}")
     if ex.data:
-        load_jsonl(ex.data)  # raises on a missing, empty or bad file (file:line: field)
-    if torch.device(ex.device).type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError("--device cuda but no CUDA device is available")
+        try:  # raises on a missing, empty or bad file (file:line: field)
+            load_jsonl(ex.data)
+        except UnicodeDecodeError as e:  # its message names no file
+            raise ValueError(
+                f"--data {ex.data}: not UTF-8 text ({e.reason} at byte {e.start})"
+            ) from None
+    dev = torch.device(ex.device)  # cpu, cuda or cuda:N (`ExperimentConfig` checked it)
+    if dev.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f"--device {ex.device} but no CUDA device is available")
+    if dev.type == 'cuda' and (dev.index or 0) >= torch.cuda.device_count():
+        raise ValueError(
+            f"--device {ex.device}: this machine has {torch.cuda.device_count()} CUDA devices"
+        )
 
 
 def configs_from_args(args) -> tuple:

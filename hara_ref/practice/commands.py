@@ -5,7 +5,9 @@
 # %% ../../nbs/5_practice/30_commands.ipynb #cmd00004
 from __future__ import annotations
 import argparse
+import dataclasses
 import json
+import os
 import platform
 import sys
 import time
@@ -16,6 +18,7 @@ import ot
 import torch
 from ..engine.novelty import BARY_DEFAULTS
 from hara_ref.practice.cli import (
+    FlagParser,
     add_dataclass_flags,
     as_flags,
     configs_from_args,
@@ -39,7 +42,8 @@ from hara_ref.bench.solvers import (
 
 # %% auto #0
 __all__ = ['compare_rows', 'curve_rows', 'compare_table', 'compare_cli', 'hora_variants', 'compare_hora_cli', 'hp_variants',
-           'compare_hp_cli', 'study_cli', 'bench_ot_cli', 'bench_hara_cli', 'bench_scale_cli']
+           'compare_hp_cli', 'refused', 'parsed', 'out_file_problem', 'study_cli', 'bench_ot_cli', 'bench_hara_cli',
+           'bench_scale_cli']
 
 # %% ../../nbs/5_practice/30_commands.ipynb #clicmd02
 def compare_rows(runs: dict, start: dict | None = None, rollouts: dict | None = None) -> tuple:
@@ -191,27 +195,58 @@ def compare_hp_cli(argv: list | None = None) -> int:
         sys.argv[1:] if argv is None else argv, 'hara-ref compare hp-rlvr', hp_variants
     )
 
+# %% ../../nbs/5_practice/30_commands.ipynb #cmdref02
+def refused(
+    prog: str,  # the command, as the message starts
+    e: Exception,  # the configuration's error
+    cls,  # the configuration dataclass whose fields are the command's flags
+) -> int:
+    "Exit code 2 after the one line `prog: error: ...`, the fields of `cls` named as flags."
+    msg = as_flags(str(e), [f.name for f in dataclasses.fields(cls)])
+    print(f"{prog}: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def parsed(parser: argparse.ArgumentParser, argv) -> argparse.Namespace | int:
+    "The parsed flags, or argparse's exit code (2 on a usage error, 0 for --help)."
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+
+
+def out_file_problem(path) -> str | None:
+    "Why a results file cannot be written at `path` (nothing is written to find out), or None."
+    p = Path(path)
+    if p.is_dir():
+        return f"--out {path} is a folder, not a file"
+    if not p.parent.is_dir():
+        return f"--out {path}: the folder {p.parent} does not exist"
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        return f"--out {path} cannot be written"
+    return None
+
 # %% ../../nbs/5_practice/30_commands.ipynb #clicmd08
 def study_cli(argv: list | None = None) -> int:
     """`hara-ref study`: the grid of chapter 28_study, then the tables and figures of chapter
     48_report."""
     from hara_ref.trainer.report import write_report
 
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog='hara-ref study',
         description=study_cli.__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parse = {'seeds': seed_values, 'only': csv_values}
-    args = add_dataclass_flags(p, StudyConfig, parse=parse).parse_args(argv)
+    args = parsed(add_dataclass_flags(p, StudyConfig, parse=parse), argv)
+    if isinstance(args, int):
+        return args
     try:
         sc = StudyConfig(**vars(args))
         cells = study_cells(sc)
         study_plan(sc, cells, verbose=False)
-    except ValueError as e:  # refused before any work
-        msg = str(e).replace('`allow_config_change`', '--allow-config-change')
-        print(f"hara-ref study: error: {msg}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError) as e:  # refused before any work
+        return refused('hara-ref study', e, StudyConfig)
     print(
         f"hara-ref study -> {sc.out}: {len(cells)} cells x {len(sc.seeds)} seeds, {sc.steps} "
         f"steps, {sc.workers} workers x {sc.threads} threads",
@@ -228,17 +263,23 @@ def bench_ot_cli(
 ) -> int:  # exit code
     """`hara-ref bench ot`: linearized barycenter vs POT's exact FGW barycenter, batched Sinkhorn vs
     POT; prints the ratios."""
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog='hara-ref bench ot',
         description=bench_ot_cli.__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    c = BenchOtConfig(
-        **vars(add_dataclass_flags(p, BenchOtConfig, choices=BENCH_OT_CHOICES).parse_args(argv))
-    )
+    args = parsed(add_dataclass_flags(p, BenchOtConfig, choices=BENCH_OT_CHOICES), argv)
+    if isinstance(args, int):
+        return args
+    try:
+        c = BenchOtConfig(**vars(args))
+        if c.out and (bad := out_file_problem(c.out)):
+            raise ValueError(bad)
+    except ValueError as e:
+        return refused('hara-ref bench ot', e, BenchOtConfig)
     if c.quick:
         c = replace(c, L=(128, 256), sk_K=4, sk_L=128, pot_full_max_L=128)
-    with torch_threads(max(c.threads, 0)), warnings.catch_warnings():
+    with torch_threads(c.threads), warnings.catch_warnings():
         print(
             f"hara-ref bench ot: K={c.K} L_b={c.L_b} d={c.d} reg={c.reg} alpha={c.alpha} "
             f"tol={c.tol} data={c.data} dtype={c.dtype} torch threads={torch.get_num_threads()} "
@@ -290,18 +331,19 @@ def _print_bench_hara_small(r: dict):
 def bench_hara_cli(argv: list | None = None) -> int:
     """`hara-ref bench hara`: time hara_advantages against its matrix-product lower bound; print the
     ratio."""
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog='hara-ref bench hara',
         description=bench_hara_cli.__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    c = BenchHaraConfig(
-        **vars(
-            add_dataclass_flags(
-                p, BenchHaraConfig, choices=dict(granularity=('seq', 'tok'))
-            ).parse_args(argv)
-        )
-    )
+    choices = dict(granularity=('seq', 'tok'))
+    args = parsed(add_dataclass_flags(p, BenchHaraConfig, choices=choices), argv)
+    if isinstance(args, int):
+        return args
+    try:
+        c = BenchHaraConfig(**vars(args))
+    except ValueError as e:
+        return refused('hara-ref bench hara', e, BenchHaraConfig)
     if c.quick:
         c = replace(c, prompts=2, rollouts=8, length=128, dim=64)
     dtype = torch.float64 if c.float64 else torch.float32
@@ -315,7 +357,7 @@ def bench_hara_cli(argv: list | None = None) -> int:
         r = bench_hara_small(c.repeats if c.repeats > 1 else 20, dtype=dtype, bary_kw=bary_kw)
         _print_bench_hara_small(r)
         return 0 if r['finite'] else 1
-    with torch_threads(max(c.threads, 0)):
+    with torch_threads(c.threads or 0):
         shape = (c.prompts, c.rollouts, c.length, c.dim, c.L_b, c.repeats)
         r = bench_hara(*shape, dtype, c.granularity, bary_kw=bary_kw)
         _print_bench_hara(r, c)
@@ -327,10 +369,20 @@ def bench_scale_cli(
 ) -> int:  # exit code
     """`hara-ref bench scale`: HARA's share of an RLVR step of Qwen3 0.6B-8B shapes (chapter
     What HARA costs at Qwen3 scale, `bench_scale_main`)."""
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog='hara-ref bench scale',
         description=bench_scale_cli.__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    args = add_dataclass_flags(p, BenchScaleConfig, choices=SCALE_CHOICES).parse_args(argv)
-    return bench_scale_main(BenchScaleConfig(**vars(args)))
+    args = parsed(add_dataclass_flags(p, BenchScaleConfig, choices=SCALE_CHOICES), argv)
+    if isinstance(args, int):
+        return args
+    try:
+        c = BenchScaleConfig(**vars(args))
+        if c.out and (bad := out_file_problem(c.out)):
+            raise ValueError(bad)
+        if c.device == 'cuda' and not torch.cuda.is_available():
+            raise ValueError("--device cuda but no CUDA device is available")
+    except ValueError as e:
+        return refused('hara-ref bench scale', e, BenchScaleConfig)
+    return bench_scale_main(c)

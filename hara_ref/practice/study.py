@@ -9,6 +9,7 @@ import os
 import time
 from dataclasses import dataclass, asdict, replace
 from pathlib import Path
+from ..engine.checks import field_errors
 from ..trainer.step import TrainConfig
 from ..trainer.loop import resume_point
 from ..trainer.loop import read_json, read_jsonl
@@ -20,8 +21,8 @@ from hara_ref.trainer.experiment import (
 )
 
 # %% auto #0
-__all__ = ['pilot_results', 'Cell', 'study_grid', 'StudyConfig', 'base_train_config', 'study_cells', 'run_dir', 'run_complete',
-           'study_experiment', 'study_variants', 'study_plan', 'run_study']
+__all__ = ['STUDY_RANGES', 'pilot_results', 'Cell', 'study_grid', 'StudyConfig', 'study_errors', 'base_train_config',
+           'study_cells', 'run_dir', 'run_complete', 'study_experiment', 'study_variants', 'study_plan', 'run_study']
 
 # %% ../../nbs/5_practice/28_study.ipynb #pilot20ex
 def pilot_results(
@@ -146,13 +147,32 @@ class StudyConfig:
                 min(self.eval_prompts, 40),
                 min(self.eval_samples, 8),
             )
-        if not self.seeds or self.steps < 1 or self.eval_samples < 1 or self.eval_every < 1:
-            raise ValueError("need seeds, and steps, eval_samples, eval_every >= 1")
-        if dup := list(dict.fromkeys(s for s in self.seeds if self.seeds.count(s) > 1)):
-            raise ValueError(f"`seeds` lists {', '.join(map(str, dup))} more than once")
+        for msg in study_errors(self):
+            raise ValueError(msg)
         cores = os.cpu_count() or 1
         self.workers = self.workers or min(2, cores)
         self.threads = self.threads or max(1, cores // self.workers)
+
+
+# the numeric fields' ranges: `check_scalar`'s keywords (chapter 38_checks); None: a default
+STUDY_RANGES = {
+    **dict.fromkeys(
+        ('steps', 'eval_every', 'eval_prompts', 'eval_samples'), dict(lo=1, integer=True)
+    ),
+    'sft_steps': dict(lo=0, integer=True),
+    **dict.fromkeys(('workers', 'threads'), dict(lo=1, integer=True)),
+}
+
+
+def study_errors(sc: StudyConfig) -> list:
+    "What is wrong with `sc`, one message per problem, each naming its field in backticks."
+    bad = [] if sc.seeds else ["`seeds` is empty: give a count >= 1 (3: seeds 0, 1, 2) or a list"]
+    bad += [f"`seeds` must be integers, got {s!r}" for s in sc.seeds if not isinstance(s, int)]
+    if dup := list(dict.fromkeys(s for s in sc.seeds if sc.seeds.count(s) > 1)):
+        bad.append(f"`seeds` lists {', '.join(map(str, dup))} more than once")
+    if '' in sc.only:
+        bad.append(f"`only` holds an empty string, which every cell contains: {sc.only!r}")
+    return bad + field_errors(sc, STUDY_RANGES)
 
 
 def base_train_config(sc: StudyConfig) -> TrainConfig:
@@ -172,6 +192,11 @@ def study_cells(sc: StudyConfig) -> list:
     if not sc.only:
         return grid
     keep = {c.key for c in grid if any(o in c.key for o in sc.only)}
+    if not keep:
+        raise ValueError(
+            f"`only` {', '.join(sc.only)} matches no cell of the {'quick ' * sc.quick}grid: its "
+            f"cells are {', '.join(c.key for c in grid)}"
+        )
     keep |= {f"{c.task}/{c.base}" for c in grid if c.key in keep and c.base}
     return [c for c in grid if c.key in keep]
 

@@ -17,25 +17,27 @@ from hara_ref.engine.hara_engine import (
     hara_advantages,
     needs_hidden,
 )
-from ..hara.rollouts import outcome_groups
 from hara_ref.practice.trl_config import (
+    READS,
     HaraConfig,
     check_hara_config,
     sep_token_ids,
     oracle_advantages,
-    dry_run,
-    check_hidden_layer,
     rollout_labels,
     outcome_columns,
     hara_summary,
     save_hara_config,
-    upcast,
 )
 
 # %% auto #0
-__all__ = ['completion_hidden', 'scores_old_policy', 'HiddenTap', 'gather_rows', 'policy_order', 'to_policy_order',
-           'from_policy_order', 'weight_stats', 'combine_stats', 'HaraGRPOTrainer', 'resolve_hara', 'hara_signals',
-           'batch_token_advantages', 'log_hara', 'nothing_reweighted']
+__all__ = ['upcast', 'completion_hidden', 'check_hidden_layer', 'scores_old_policy', 'HiddenTap', 'gather_rows', 'policy_order',
+           'to_policy_order', 'from_policy_order', 'weight_stats', 'combine_stats', 'HaraGRPOTrainer', 'resolve_hara',
+           'hara_signals', 'batch_token_advantages', 'log_hara', 'nothing_reweighted']
+
+# %% ../../nbs/5_practice/26_trl.ipynb #c4e5a0b1
+def upcast(h: torch.Tensor) -> torch.Tensor:
+    "`h` in float32 if its dtype is narrower (bfloat16, float16); float32 and float64 as they are."
+    return h.to(torch.promote_types(h.dtype, torch.float32))
 
 # %% ../../nbs/5_practice/26_trl.ipynb #71ac0686
 @torch.no_grad()
@@ -66,6 +68,20 @@ def completion_hidden(
         )
         out.append(upcast(o.hidden_states[layer][:, -T:]))  # (b, T, d)
     return torch.cat(out)  # (B, T, d)
+
+# %% ../../nbs/5_practice/26_trl.ipynb #a29d67b8
+def check_hidden_layer(model, layer: int) -> int:
+    "`layer` if it indexes the model's `hidden_states` (n_layers + 1 entries), else a ValueError."
+    cfg = (
+        model.config.get_text_config() if hasattr(model.config, 'get_text_config') else model.config
+    )
+    n = cfg.num_hidden_layers + 1
+    if not -n <= layer < n:
+        raise ValueError(
+            f"HaraConfig.hidden_layer={layer} is out of range: the model has {n} hidden_states "
+            f"entries ({-n} .. {n - 1})"
+        )
+    return layer
 
 # %% ../../nbs/5_practice/26_trl.ipynb #b9d2f3a1
 def scores_old_policy(trainer) -> bool:
@@ -181,8 +197,10 @@ class HaraGRPOTrainer(GRPOTrainer):
         hara = HaraConfig() if hara is None else hara
         if not isinstance(hara, HaraConfig):
             raise TypeError(f"hara must be a HaraConfig, got {type(hara).__name__}")
-        self.hara, self.hara_record, self._hara_warned = check_hara_config(hara), None, False
-        dry_run(hara)  # bad options fail before TRL loads the model
+        # the whole check, the oracle's dry run included: bad options fail before TRL loads
+        # the model
+        self.hara, self.hara_record = check_hara_config(hara), None
+        self._hara_idle = 0  # steps in which HARA had rollouts to reweight and reweighted none
         super().__init__(*args, **kwargs)
         if needs_hidden(hara.reweight):
             check_hidden_layer(self.model, hara.hidden_layer)
@@ -257,9 +275,12 @@ def resolve_hara(trainer):
     cfg = replace(
         cfg, span_sep_ids=list(sep_token_ids(cfg.span_sep_ids, trainer._tokenizer)) or None
     )
-    cols, line = outcome_columns(cfg, names), hara_summary(cfg, names)
+    cols = outcome_columns(cfg, names)
+    line = hara_summary(cfg, names, trainer.reward_weights.tolist())
     by = [names[c] for c in cols] if len(set(names)) == len(names) else list(cols)
-    trainer.hara, trainer.hara_outcome_cols = replace(cfg, outcome_funcs=by), cols
+    if 'outcome_funcs' in READS[cfg.reweight]:  # the outcome functions as they run, by name
+        cfg = replace(cfg, outcome_funcs=by)
+    trainer.hara, trainer.hara_outcome_cols = cfg, cols
     trainer.accelerator.print(f"HaraGRPOTrainer: {line}")
 
 # %% ../../nbs/5_practice/26_trl.ipynb #04cb439d
@@ -338,7 +359,8 @@ def batch_token_advantages(trainer, out: dict, hidden, entropy) -> torch.Tensor:
 # %% ../../nbs/5_practice/26_trl.ipynb #ddfbb478
 def log_hara(trainer, out: dict, t_forward: float, t_total: float):
     """Log `hara/weight_{mean,std,min,max}`, `hara/bary_iters`, `hara/time`, `hara/time_forward`
-    and `hara/reweighted_frac` next to TRL's metrics; warn once if nothing was reweighted."""
+    and `hara/reweighted_frac` next to TRL's metrics; warn when HARA had rollouts to reweight and
+    reweighted none (at the 1st, 2nd, 4th, ... such step)."""
     acc, rec = trainer.accelerator, trainer.hara_record
     rw, rows = rec['reweighting'], rec['rows']
     st = weight_stats(rec['weights'], rec['own'], rw.base[rows])  # (5,)
@@ -353,29 +375,49 @@ def log_hara(trainer, out: dict, t_forward: float, t_total: float):
     m.update(time_forward=times[0].item(), time=times[1].item())
     if rw.novelty is not None:
         m['bary_iters'] = times[2].item()
-    moved = ((rec['weights'] != 1) & rec['own']).any(1)  # (b,) a weight other than 1
-    n = acc.gather(torch.stack([moved.sum(), rec['own'].any(1).sum()])[None]).sum(0)  # (2,)
-    m['reweighted_frac'] = (n[0] / n[1]).item() if n[1] > 0 else 0.0
+    # (b,) rollouts a weight can change: a token of the policy's and A_i != 0
+    active = rec['own'].any(1) & (rw.base[rows] != 0)
+    moved = active & ((rec['weights'] != 1) & rec['own']).any(1)  # (b,) a weight other than 1
+    size = getattr(rw.novelty, 'group_size', None)  # (B',) HARA's outcome group sizes
+    alone = active & (size[rows] == 1) if size is not None else torch.zeros_like(active)  # (b,)
+    # [reweighted, active, alone among them] over all processes
+    n = acc.gather(torch.stack([moved.sum(), active.sum(), alone.sum()])[None]).sum(0).tolist()
+    m['reweighted_frac'] = n[0] / n[1] if n[1] else float('nan')  # NaN: TRL leaves it out
     for k, v in m.items():
         trainer._metrics['train'][f'hara/{k}'].append(v)
-    if m['reweighted_frac'] == 0 and trainer.hara.kappa != 0 and not trainer._hara_warned:
-        trainer._hara_warned = True  # once per trainer
-        if acc.is_main_process:
-            warnings.warn(nothing_reweighted(trainer), RuntimeWarning, stacklevel=2)
+    hara = trainer.hara.reweight in ('hara-seq', 'hara-tok') and trainer.hara.kappa != 0
+    if hara and n[1] and not n[0]:  # rollouts to reweight, none reweighted
+        trainer._hara_idle += 1
+        k = trainer._hara_idle
+        if (k & (k - 1)) == 0 and acc.is_main_process:  # the 1st, 2nd, 4th, 8th, ... such step
+            warnings.warn(nothing_reweighted(trainer, n[1], n[2]), RuntimeWarning, stacklevel=2)
 
 
-def nothing_reweighted(trainer) -> str:
-    "The warning when HARA reweighted no rollout in a step: the counts that say why."
-    rec, names, cols = trainer.hara_record, trainer.reward_func_names, trainer.hara_outcome_cols
-    og, sizes = outcome_groups(rec['outcomes'], rec['group_ids'])  # (B',), (Y,)
-    alone, zero = int((sizes[og] == 1).sum()), int((rec['reweighting'].base == 0).sum())
-    t = trainer.hara.outcome_threshold
+def nothing_reweighted(
+    trainer,
+    active: int,  # rollouts with A_i != 0, all processes
+    alone: int,  # those alone in their outcome group
+) -> str:
+    "The warning when HARA reweighted none of the rollouts it could: the counts that say why."
+    names, cols, cfg, k = (
+        trainer.reward_func_names,
+        trainer.hara_outcome_cols,
+        trainer.hara,
+        trainer._hara_idle,
+    )
+    t = cfg.outcome_threshold
     what = ' + '.join(repr(names[c]) for c in cols) + ('' if t is None else f" >= {t}")
+    head = (
+        f"HaraGRPOTrainer: HARA reweighted none of the {active} rollouts whose advantage is not 0 "
+        f"in step {trainer.state.global_step + 1} (steps like this so far: {k}; this warning "
+        f"comes again when they reach {2 * k}): {alone} of them are alone in their outcome group"
+    )
+    if not alone:
+        return f"{head}; their weights all stayed 1 (kappa={cfg.kappa}, clip={cfg.clip})."
     return (
-        f"HaraGRPOTrainer: HARA reweighted no rollout for step {trainer.state.global_step + 1}: of "
-        f"{len(og)} rollouts, {alone} are alone in their outcome group and {zero} have advantage "
-        f"0. An outcome group is the rollouts of one prompt with the same outcome, here {what}; "
-        "where that differs between nearly all rollouts (a graded or summed score), name the "
-        "reward functions that say whether a rollout is correct in HaraConfig.outcome_funcs, or "
-        "set HaraConfig.outcome_threshold. hara/reweighted_frac is logged every step."
+        f"{head}. An outcome group is the rollouts of one prompt with the same outcome, here "
+        f"{what}; where that differs between nearly all rollouts (a graded or summed score), name "
+        "the reward functions that say whether a rollout is correct in HaraConfig.outcome_funcs, "
+        "or set HaraConfig.outcome_threshold. hara/reweighted_frac (reweighted / rollouts whose "
+        "advantage is not 0) is logged every step."
     )

@@ -4,11 +4,13 @@
 
 # %% ../../nbs/5_practice/25_trl_config.ipynb #629e3b34
 from __future__ import annotations
+import copy
 import inspect
+import itertools
 import json
 import numbers
 import warnings
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 import torch
@@ -19,9 +21,10 @@ from ..engine.checks import check_scalar
 from ..engine.baselines import shear_weights, entropy_advantages, position_advantages
 
 # %% auto #0
-__all__ = ['PASSED', 'AS_FIELD', 'BASELINE_FN', 'HaraConfig', 'dict_field', 'ids_or_names', 'kw_target', 'check_options',
-           'check_hara_config', 'oracle_kwargs', 'sep_token_ids', 'oracle_advantages', 'dry_run', 'check_hidden_layer',
-           'rollout_labels', 'outcome_columns', 'hara_summary', 'save_hara_config', 'upcast']
+__all__ = ['PASSED', 'AS_FIELD', 'BASELINE_FN', 'READS', 'DRY_CAPS', 'HaraConfig', 'dict_field', 'ids_or_names', 'kw_target',
+           'check_options', 'field_defaults', 'check_read', 'oracle_kwargs', 'sep_token_ids', 'oracle_advantages',
+           'dry_caps', 'dry_run', 'check_with_oracle', 'check_hara_config', 'rollout_labels', 'outcome_columns',
+           'outcome_text', 'hara_summary', 'save_hara_config']
 
 # %% ../../nbs/5_practice/25_trl_config.ipynb #61042050
 @dataclass
@@ -86,15 +89,16 @@ class HaraConfig:
     outcome_funcs: list[str] | None = field(
         default=None,
         metadata={
-            'help': "the reward functions whose weighted sum is a rollout's outcome, by TRL's name "
-            "or index (default: the first reward function)"
+            'help': "the reward functions whose values, as they return them (TRL's reward_weights "
+            "not applied), sum to a rollout's outcome, by TRL's name or index (default: the first "
+            "reward function); HARA and SHEAR only"
         },
     )
     outcome_threshold: float | None = field(
         default=None,
         metadata={
             'help': "outcome 1 where that sum is >= this, else 0 (default: the sum itself; an "
-            "outcome group holds exactly equal outcomes)"
+            "outcome group holds exactly equal outcomes); HARA and SHEAR only"
         },
     )
 
@@ -223,47 +227,38 @@ def check_options(cfg: HaraConfig):
                 f"{' and '.join(f.__name__ for f in fns)} take{'s' * (len(fns) == 1)} {allowed}"
             )
 
-# %% ../../nbs/5_practice/25_trl_config.ipynb #b3d7ff50
-def check_hara_config(cfg: HaraConfig) -> HaraConfig:
-    """`cfg`, its command-line forms made values in place (JSON texts, the clip pair, digit
-    strings), or a ValueError (TypeError: wrong type) naming the first bad field."""
-    if cfg.reweight not in REWEIGHTS:
-        raise ValueError(f"HaraConfig.reweight must be one of {REWEIGHTS}, got {cfg.reweight!r}")
-    check_scalar('HaraConfig.kappa', cfg.kappa, 0)  # the oracle's own check, named after the field
-    if not (isinstance(cfg.clip, (tuple, list)) and len(cfg.clip) == 2):
-        raise ValueError(f"HaraConfig.clip must be two numbers (w_min, w_max), got {cfg.clip!r}")
-    cfg.clip = (
-        check_scalar('HaraConfig.clip[0] (w_min)', cfg.clip[0], 0, 1),
-        check_scalar('HaraConfig.clip[1] (w_max)', cfg.clip[1], 1),
-    )
-    if cfg.L_b is not None:
-        check_scalar('HaraConfig.L_b', cfg.L_b, 2, integer=True)
-    if cfg.alpha is not None:
-        check_scalar('HaraConfig.alpha', cfg.alpha, 0, 1)
-    if cfg.reg is not None:
-        check_scalar('HaraConfig.reg', cfg.reg, 0, open_low=True)
-    cfg.span_sep_ids = ids_or_names('HaraConfig.span_sep_ids', cfg.span_sep_ids)
-    if (cfg.span_len is not None or cfg.span_sep_ids) and cfg.reweight != 'hara-tok':
-        raise ValueError(
-            "HaraConfig.span_len / span_sep_ids are spans of 'hara-tok', got "
-            f"reweight={cfg.reweight!r}"
-        )
-    if cfg.span_len is not None and cfg.span_sep_ids:
-        raise ValueError("HaraConfig.span_len and span_sep_ids both cut spans: give one")
-    if cfg.span_len is not None:
-        check_scalar('HaraConfig.span_len', cfg.span_len, 1, integer=True)
-    if any(not isinstance(s, str) and s < 0 for s in cfg.span_sep_ids or ()):
-        raise ValueError(f"HaraConfig.span_sep_ids: token ids are >= 0, got {cfg.span_sep_ids}")
-    check_scalar('HaraConfig.hidden_layer', cfg.hidden_layer, integer=True)
-    if cfg.forward_batch_size is not None:
-        check_scalar('HaraConfig.forward_batch_size', cfg.forward_batch_size, 1, integer=True)
-    cfg.outcome_funcs = ids_or_names('HaraConfig.outcome_funcs', cfg.outcome_funcs)
-    if cfg.outcome_threshold is not None:
-        check_scalar('HaraConfig.outcome_threshold', cfg.outcome_threshold)
-    cfg.novelty_kw = dict_field('HaraConfig.novelty_kw', cfg.novelty_kw)
-    cfg.reweight_kw = dict_field('HaraConfig.reweight_kw', cfg.reweight_kw)
-    check_options(cfg)
-    return cfg
+# %% ../../nbs/5_practice/25_trl_config.ipynb #cfgread1
+_OUTCOME = ('outcome_funcs', 'outcome_threshold')
+# the fields each method reads besides `reweight`; every other field keeps its default
+READS = {
+    'none': (),
+    'position': ('reweight_kw',),
+    'entropy': ('reweight_kw', 'forward_batch_size'),
+    'shear': ('reweight_kw', 'hidden_layer', 'forward_batch_size', *_OUTCOME),
+    'hara-seq': ('kappa', 'clip', 'alpha', 'L_b', 'reg', 'metric', 'novelty_kw'),
+}
+READS['hara-seq'] += ('hidden_layer', 'forward_batch_size', *_OUTCOME)
+READS['hara-tok'] = READS['hara-seq'] + ('span_len', 'span_sep_ids')
+
+
+def field_defaults() -> dict:
+    "{field: default} of `HaraConfig`, as `check_hara_config` leaves a value (the clip a pair)."
+    d = {
+        f.name: f.default if f.default is not MISSING else f.default_factory()
+        for f in fields(HaraConfig)
+    }
+    return {**d, 'clip': tuple(d['clip'])}
+
+
+def check_read(cfg: HaraConfig):
+    "A field `cfg.reweight` does not read (`READS`) keeps its default, else a ValueError names it."
+    reads = READS[cfg.reweight]
+    for k, v in field_defaults().items():
+        if k != 'reweight' and k not in reads and getattr(cfg, k) != v:
+            raise ValueError(
+                f"HaraConfig.{k} is not read with reweight={cfg.reweight!r} (it reads "
+                f"{', '.join(reads) or 'no other field'}), got {getattr(cfg, k)!r}"
+            )
 
 # %% ../../nbs/5_practice/25_trl_config.ipynb #a14fd7d6
 def oracle_kwargs(cfg: HaraConfig) -> dict:
@@ -297,6 +292,10 @@ def sep_token_ids(
                 "not one; give the separator's token id"
             )
         out.append(ids[0])
+    if len(set(out)) < len(out):
+        raise ValueError(
+            f"HaraConfig.span_sep_ids: {list(seps)} name the same token twice (token ids {out})"
+        )
     n = None if tokenizer is None else len(tokenizer)
     if n is not None and any(i >= n for i in out):
         raise ValueError(f"HaraConfig.span_sep_ids: {out} has ids beyond the {n} tokens")
@@ -353,20 +352,50 @@ def oracle_advantages(
     )
 
 # %% ../../nbs/5_practice/25_trl_config.ipynb #05e86d42
-def dry_run(cfg: HaraConfig, d: int = 8):
-    """Run the oracle `cfg` names once, cheaply, on a synthetic batch: a value it rejects fails
-    now."""
-    if cfg.reweight in ('hara-seq', 'hara-tok'):
-        budget = {
-            k: {**(cfg.novelty_kw.get(k) or {}), **v}
-            for k, v in (
-                ('bary_kw', dict(max_iter=1, inner_iter=5)),
-                ('plan_kw', dict(num_iter_max=5)),
-            )
-        }
-        cfg = replace(cfg, novelty_kw={**cfg.novelty_kw, **budget})
+# the solvers' iteration caps of the dry run: {options dict: {key: cap}}
+DRY_CAPS = dict(bary_kw=dict(max_iter=1, inner_iter=5), plan_kw=dict(num_iter_max=5))
+
+
+def dry_caps(
+    novelty_kw: dict,  # `HaraConfig.novelty_kw`
+    metric: str | None = None,  # `HaraConfig.metric`
+) -> dict:
+    """`novelty_kw` with the iteration caps of `DRY_CAPS` lowered where the oracle reads them: a cap
+    not given is set, a larger positive integer lowered, any other value kept for the oracle."""
+    kw = dict(novelty_kw)
+    exact = kw.get('barycenter') == 'exact'
+    # the keys each solver takes (the exact barycenter: max_iter only), final plans only if solved
+    keys = dict(bary_kw=('max_iter',) if exact else ('max_iter', 'inner_iter'))
+    if kw.get('plan_kw') is not None or (
+        not exact and metric != 'embed' and kw.get('final_plans', True) is True
+    ):
+        keys['plan_kw'] = ('num_iter_max',)
+    for name, ks in keys.items():
+        given = kw.get(name)
+        if given is not None and not isinstance(given, dict):
+            continue  # not a dict: the oracle says so
+        d = dict(given or {})
+        for k in ks:
+            v, cap = d.get(k), DRY_CAPS[name][k]
+            big = isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > cap
+            if k not in d or big:
+                d[k] = cap
+        kw[name] = d
+    return kw
+
+
+def dry_run(
+    cfg: HaraConfig,
+    d: int = 8,  # hidden size of the synthetic batch
+    work: bool = True,  # also run on mixed outcomes (False: the oracle's checks only)
+):
+    """Run the oracle `cfg` names on a synthetic batch of 8 rollouts: every option as given with
+    all advantages 0 (no work), then with `dry_caps` on mixed outcomes; a value it refuses fails."""
+    run = copy.copy(cfg)  # a shallow copy: no __post_init__, no second check
     if cfg.span_sep_ids:  # texts become ids with the model's tokenizer later: stand-in ids here
-        cfg = replace(cfg, span_sep_ids=[0 if isinstance(s, str) else s for s in cfg.span_sep_ids])
+        given = {s for s in cfg.span_sep_ids if not isinstance(s, str)}
+        free = (i for i in itertools.count() if i not in given)
+        run.span_sep_ids = tuple(next(free) if isinstance(s, str) else s for s in cfg.span_sep_ids)
     # its own generator: the global random state is left as it is
     g = torch.Generator().manual_seed(0)
     hidden = torch.randn(8, 6, d, generator=g)  # (B, T, d)
@@ -374,32 +403,81 @@ def dry_run(cfg: HaraConfig, d: int = 8):
     rewards = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0])  # (B,)
     gid = torch.arange(8) // 4  # (B,)
     A = rewards - rewards.view(2, 4).mean(1).repeat_interleave(4)  # (B,)
+    # (B, T) token ids and entropies
+    ids, entropy = torch.zeros(8, 6, dtype=torch.long), torch.rand(8, 6, generator=g)
     with warnings.catch_warnings():
-        warnings.simplefilter('ignore')  # a solver stopping at the tiny budget is expected here
-        oracle_advantages(
-            cfg,
-            hidden,
-            mask,
-            rewards,
-            gid,
-            A,
-            torch.zeros(8, 6, dtype=torch.long),
-            torch.rand(8, 6, generator=g),
-        )
+        warnings.simplefilter('ignore')  # a solver stopping at the lowered caps is expected here
+        zero = torch.zeros(8)  # (B,) equal rewards, advantages 0: no outcome group is computed
+        oracle_advantages(run, hidden, mask, zero, gid, zero, ids, entropy)
+        if work:
+            if cfg.reweight in ('hara-seq', 'hara-tok'):
+                run.novelty_kw = dry_caps(cfg.novelty_kw, cfg.metric)
+            oracle_advantages(run, hidden, mask, rewards, gid, A, ids, entropy)
 
-# %% ../../nbs/5_practice/25_trl_config.ipynb #a29d67b8
-def check_hidden_layer(model, layer: int) -> int:
-    "`layer` if it indexes the model's `hidden_states` (n_layers + 1 entries), else a ValueError."
-    cfg = (
-        model.config.get_text_config() if hasattr(model.config, 'get_text_config') else model.config
+
+def check_with_oracle(cfg: HaraConfig):
+    """`dry_run` of `cfg`'s own fields (the oracle's checks only), then with its options dict; an
+    error names the field."""
+    opts = 'novelty_kw' if cfg.reweight in ('hara-seq', 'hara-tok') else 'reweight_kw'
+    own = copy.copy(cfg)
+    setattr(own, opts, {})
+    names = {f.name for f in fields(HaraConfig)}
+    for c, work, where in ((own, False, None), (cfg, True, getattr(cfg, opts) and opts)):
+        try:
+            dry_run(c, work=work)
+        except (ValueError, TypeError) as e:
+            msg, named = str(e), str(e).split(' ', 1)[0] in names  # it starts with a field
+            msg = (
+                f"HaraConfig.{where}: {msg}"
+                if where
+                else f"HaraConfig{'.' if named else ': '}{msg}"
+            )
+            raise (TypeError if isinstance(e, TypeError) else ValueError)(msg) from None
+
+# %% ../../nbs/5_practice/25_trl_config.ipynb #b3d7ff50
+def check_hara_config(cfg: HaraConfig) -> HaraConfig:
+    """`cfg`, its command-line forms made values in place (JSON texts, the clip pair, digit
+    strings), or a ValueError (TypeError: wrong type) naming the first bad field; the oracle
+    checks the values it reads (`check_with_oracle`)."""
+    if cfg.reweight not in REWEIGHTS:
+        raise ValueError(f"HaraConfig.reweight must be one of {REWEIGHTS}, got {cfg.reweight!r}")
+    check_scalar('HaraConfig.kappa', cfg.kappa, 0)  # the oracle's own check, named after the field
+    if not (isinstance(cfg.clip, (tuple, list)) and len(cfg.clip) == 2):
+        raise ValueError(f"HaraConfig.clip must be two numbers (w_min, w_max), got {cfg.clip!r}")
+    cfg.clip = (
+        check_scalar('HaraConfig.clip[0] (w_min)', cfg.clip[0], 0, 1),
+        check_scalar('HaraConfig.clip[1] (w_max)', cfg.clip[1], 1),
     )
-    n = cfg.num_hidden_layers + 1
-    if not -n <= layer < n:
+    if cfg.L_b is not None:
+        check_scalar('HaraConfig.L_b', cfg.L_b, 2, integer=True)
+    if cfg.alpha is not None:
+        check_scalar('HaraConfig.alpha', cfg.alpha, 0, 1)
+    if cfg.reg is not None:
+        check_scalar('HaraConfig.reg', cfg.reg, 0, open_low=True)
+    cfg.span_sep_ids = ids_or_names('HaraConfig.span_sep_ids', cfg.span_sep_ids)
+    if (cfg.span_len is not None or cfg.span_sep_ids) and cfg.reweight != 'hara-tok':
         raise ValueError(
-            f"HaraConfig.hidden_layer={layer} is out of range: the model has {n} hidden_states "
-            f"entries ({-n} .. {n - 1})"
+            "HaraConfig.span_len / span_sep_ids are spans of 'hara-tok', got "
+            f"reweight={cfg.reweight!r}"
         )
-    return layer
+    if cfg.span_len is not None and cfg.span_sep_ids:
+        raise ValueError("HaraConfig.span_len and span_sep_ids both cut spans: give one")
+    if cfg.span_len is not None:
+        check_scalar('HaraConfig.span_len', cfg.span_len, 1, integer=True)
+    if any(not isinstance(s, str) and s < 0 for s in cfg.span_sep_ids or ()):
+        raise ValueError(f"HaraConfig.span_sep_ids: token ids are >= 0, got {cfg.span_sep_ids}")
+    check_scalar('HaraConfig.hidden_layer', cfg.hidden_layer, integer=True)
+    if cfg.forward_batch_size is not None:
+        check_scalar('HaraConfig.forward_batch_size', cfg.forward_batch_size, 1, integer=True)
+    cfg.outcome_funcs = ids_or_names('HaraConfig.outcome_funcs', cfg.outcome_funcs)
+    if cfg.outcome_threshold is not None:
+        check_scalar('HaraConfig.outcome_threshold', cfg.outcome_threshold)
+    cfg.novelty_kw = dict_field('HaraConfig.novelty_kw', cfg.novelty_kw)
+    cfg.reweight_kw = dict_field('HaraConfig.reweight_kw', cfg.reweight_kw)
+    check_options(cfg)
+    check_read(cfg)
+    check_with_oracle(cfg)  # every value the oracle checks, before any work
+    return cfg
 
 # %% ../../nbs/5_practice/25_trl_config.ipynb #c02a7331
 def rollout_labels(
@@ -407,18 +485,20 @@ def rollout_labels(
     rewards_per_func: torch.Tensor,
     reward_weights: torch.Tensor,  # (F,) TRL's reward weights
     num_generations: int,  # G, size of TRL's contiguous prompt blocks
-    # the reward functions whose weighted sum is the outcome (default: all, i.e. the reward)
+    # the reward functions whose values, unweighted, sum to the outcome (default: all)
     outcome_cols: tuple | None = None,
     outcome_threshold: float | None = None,  # outcome 1 where that sum >= this, else 0
 ) -> tuple:
-    """Rewards (B,) as TRL sums them, prompt ids (B,) = index // G and outcomes (B,); a rollout
-    unscorable, or with no outcome, gets an id of its own."""
+    """Rewards (B,) as TRL sums them (weighted), prompt ids (B,) = index // G and outcomes (B,),
+    the outcome functions' values as they return them; a rollout unscorable, or with no outcome,
+    gets an id of its own."""
     w = rewards_per_func * reward_weights[None]  # (B, F)
     bad = torch.isnan(rewards_per_func).all(1)  # (B,)
     r = w.nansum(1).masked_fill(bad, 0.0)  # (B,)
     cols = list(range(w.shape[1]) if outcome_cols is None else outcome_cols)
-    none = torch.isnan(rewards_per_func[:, cols]).all(1)  # (B,) no outcome function scored it
-    o = w[:, cols].nansum(1)  # (B,)
+    raw = rewards_per_func[:, cols]  # (B, F') what the outcome functions returned
+    none = torch.isnan(raw).all(1)  # (B,) no outcome function scored it
+    o = raw.nansum(1)  # (B,) not weighted
     if outcome_threshold is not None:
         o = (o >= outcome_threshold).to(o.dtype)
     B = len(r)
@@ -455,17 +535,9 @@ def outcome_columns(
     return tuple(cols)
 
 
-def hara_summary(cfg: HaraConfig, names: list) -> str:
-    "One line: what `HaraGRPOTrainer` does with `cfg` and TRL's reward functions `names`."
-    if cfg.reweight == 'none':
-        return "HARA off (reweight='none'): TRL's advantages, unchanged"
-    default = HaraConfig()
-    kw = [
-        f"{k}={v!r}"
-        for k, v in asdict(cfg).items()
-        if k not in ('outcome_funcs', 'outcome_threshold')
-        and (k in ('reweight', 'kappa', 'clip') or v != getattr(default, k))
-    ]
+def outcome_text(cfg: HaraConfig, names: list, weights=None) -> str:
+    """What a rollout's outcome is, in words: the functions, the threshold, and TRL's reward
+    `weights` (F,) left out."""
     cols = outcome_columns(cfg, names)
     what = ' + '.join(repr(names[c]) for c in cols)
     if cfg.outcome_funcs is None and len(names) > 1:
@@ -475,7 +547,37 @@ def hara_summary(cfg: HaraConfig, names: list) -> str:
         if cfg.outcome_threshold is None
         else f"{what} >= {cfg.outcome_threshold} (1) or not (0)"
     )
-    return f"HARA on: {', '.join(kw)}; outcome groups: the rollouts of one prompt with {how}"
+    w = {} if weights is None else {names[c]: float(weights[c]) for c in cols}
+    scaled = ', '.join(f"{n!r} {v:g}" for n, v in w.items() if v != 1)
+    as_given = 'as the function returns it' if len(cols) == 1 else 'as the functions return them'
+    scaled = f" ({scaled})" if scaled else ''
+    return f"{how}, {as_given} (unweighted: TRL's reward_weights{scaled} scale the reward only)"
+
+
+def hara_summary(cfg: HaraConfig, names: list, weights=None) -> str:
+    """One line: what `HaraGRPOTrainer` does with `cfg`, TRL's reward functions `names` and their
+    `reward_weights` (F,)."""
+    if cfg.reweight == 'none':
+        return "HARA off (reweight='none'): TRL's advantages, unchanged"
+    default, reads = field_defaults(), READS[cfg.reweight]
+    kw = ', '.join(
+        f"{k}={v!r}"
+        for k, v in asdict(cfg).items()
+        if k not in ('outcome_funcs', 'outcome_threshold')
+        and (k == 'reweight' or k in reads)
+        and (k in ('reweight', 'kappa', 'clip') or v != default[k])
+    )
+    if cfg.reweight in ('hara-seq', 'hara-tok'):
+        how = outcome_text(cfg, names, weights)
+        return f"HARA on: {kw}; outcome groups: the rollouts of one prompt with {how}"
+    if cfg.reweight == 'shear':
+        how = outcome_text(cfg, names, weights)
+        return (
+            f"SHEAR on: {kw}; each rollout against the rollouts of its prompt with another "
+            f"outcome, an outcome group being those with {how}"
+        )
+    by = 'token entropy' if cfg.reweight == 'entropy' else 'token position'
+    return f"baseline on: {kw}; TRL's advantages reweighted by {by}, no outcome read"
 
 
 def save_hara_config(cfg: HaraConfig, output_dir) -> Path:
@@ -484,8 +586,3 @@ def save_hara_config(cfg: HaraConfig, output_dir) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(asdict(cfg), indent=2, default=str) + '\n')
     return path
-
-# %% ../../nbs/5_practice/25_trl_config.ipynb #c4e5a0b1
-def upcast(h: torch.Tensor) -> torch.Tensor:
-    "`h` in float32 if its dtype is narrower (bfloat16, float16); float32 and float64 as they are."
-    return h.to(torch.promote_types(h.dtype, torch.float32))

@@ -267,6 +267,13 @@ def train_cli_trl(ex, cfg) -> int:
             file=sys.stderr,
         )
         return 2
+    variants = experiment_variants(ex, cfg)
+    try:  # every variant's HaraConfig, the oracle's checks included, before any work
+        for c in variants.values():
+            hara_config_of(c)
+    except (ValueError, TypeError) as e:
+        print(f"hara-ref train: error: --engine trl: {e}", file=sys.stderr)
+        return 2
     t0 = time.time()
     print(
         f"hara-ref train --engine trl -> {ex.out}  "
@@ -276,7 +283,6 @@ def train_cli_trl(ex, cfg) -> int:
     )
     # each run is its own Trainer: one after the other, with all threads
     one = replace(ex, workers=1, threads=max(1, ex.threads * ex.workers))
-    variants = experiment_variants(ex, cfg)
     with run_threads(one.threads), warnings.catch_warnings():
         # renamed-argument notices TRL triggers
         warnings.filterwarnings('ignore', category=FutureWarning, module=r'transformers\.')

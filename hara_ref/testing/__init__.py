@@ -8,12 +8,13 @@ import dataclasses
 import inspect
 import json
 import math
+import numbers
 import threading
 
 import torch
 from hypothesis import HealthCheck, Verbosity, given, settings, seed as hyp_seed
 
-from .strategies import DTYPES, build_case, case_specs, case_flags
+from .strategies import DTYPES, PROBE_SPECS, build_case, case_specs, case_flags
 from ..rlvr.grpo import k3_kl
 from ..engine.conventions import AGG_MODES, trainer_advantages, trl_advantages
 from ..engine.conventions import verl_advantages, ppo_clip_loss
@@ -28,10 +29,11 @@ from ..engine.novelty import hara_novelty
 from ..engine.hara_engine import hara_advantages, checked_hara_weights
 
 # %% auto #0
-__all__ = ['GRPO_CONVENTIONS', 'CONSTANT_NAMES', 'HARA_OPTIONS', 'QUANTITIES', 'Quantity', 'constants_text', 'barycenter_map',
-           'keyword_options', 'get_quantity', 'quantity_options', 'convention_lines', 'upcast', 'tolerance', 'compare',
-           'tensor_literal', 'report', 'CaseTimeout', 'call_limited', 'Watched', 'check_inputs', 'check_case',
-           'check_limits', 'assert_conforms']
+__all__ = ['GRPO_CONVENTIONS', 'CONSTANT_NAMES', 'KIND_OF_TYPE', 'HARA_OPTIONS', 'HARA_KINDS', 'HARA_CHOICES', 'QUANTITIES',
+           'KINDS', 'DEFAULT_TIMEOUT', 'Quantity', 'constants_text', 'barycenter_map', 'keyword_options', 'none_kinds',
+           'get_quantity', 'option_kind', 'check_option', 'quantity_options', 'convention_lines', 'upcast', 'tolerance',
+           'check_options', 'compare', 'tensor_literal', 'report', 'CaseTimeout', 'FunctionEnded', 'call_limited',
+           'Watched', 'check_inputs', 'check_case', 'check_limits', 'assert_conforms']
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #696378a4
 @dataclasses.dataclass
@@ -55,6 +57,8 @@ class Quantity:
     doc: str = ''
     # {option: {value: the constants it stands for}}: the values allowed, named in a failure
     choices: dict = dataclasses.field(default_factory=dict)
+    # {option: 'bool' | 'int' | 'real' | 'str' | 'dict'} where the default (None) does not say it
+    kinds: dict = dataclasses.field(default_factory=dict)
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #50299eb0
 # convention -> the keywords of `trainer_advantages` it stands for
@@ -221,16 +225,29 @@ def keyword_options(fn, skip: tuple = ()) -> dict:
     }
 
 
+# the kinds of value an annotation names ('int | None': 'int')
+KIND_OF_TYPE = {'bool': 'bool', 'int': 'int', 'float': 'real', 'str': 'str', 'dict': 'dict'}
+
+
+def none_kinds(*fns) -> dict:
+    "{option: kind} of the keyword options of `fns` whose default is None, from their annotations."
+    params = [p for fn in fns for p in inspect.signature(fn).parameters.values()]
+    named = {p.name: str(p.annotation).split('|')[0].strip() for p in params if p.default is None}
+    return {k: KIND_OF_TYPE[t] for k, t in named.items() if t in KIND_OF_TYPE}
+
+
 # every option of the end-to-end oracle: hara_advantages's and the novelty's it passes on (the
 # tensors a caller may add, `advantages`, `boundaries` and `outcomes`, are inputs, not options)
 HARA_OPTIONS = keyword_options(
     hara_advantages, ('advantages', 'boundaries', 'outcomes')
 ) | keyword_options(hara_novelty, ('keep', 'checked', 'compute_dtype', 'outcomes'))
+HARA_KINDS = none_kinds(hara_advantages, hara_novelty)  # the options whose default is None
 
 
 def _hara_oracle(x: dict, **opts) -> torch.Tensor:
-    "hara_advantages's token advantages (B, T)."
-    return hara_advantages(x['hidden'], x['mask'], x['rewards'], x['group_ids'], **opts)[0]
+    "hara_advantages's token advantages (B, T); outcome groups from `outcomes` where given."
+    o = dict(outcomes=x['outcomes']) if 'outcomes' in x else {}
+    return hara_advantages(x['hidden'], x['mask'], x['rewards'], x['group_ids'], **o, **opts)[0]
 
 
 def _max_scale(x: dict, expected, opts) -> float:
@@ -239,135 +256,52 @@ def _max_scale(x: dict, expected, opts) -> float:
     return float(1 + e.abs().max()) if e.numel() else 1.0
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #248b8781
+HARA_CHOICES = {k: {v: {} for v in vals} for k, vals in dict(
+    base=('grpo', 'drgrpo', 'dapo'), granularity=('seq', 'tok', 'span'),
+    reference=('group', 'barycenter'), barycenter=('linearized', 'exact'),
+    group_reference=('geometric', 'entrywise')).items()}  # fmt: skip
+
+
 def _pick(*names, **derived):
     "An `args` function: the named case tensors, then derived ones, in call order."
     return lambda c: {**{n: c[n] for n in names}, **{k: f(c) for k, f in derived.items()}}
 
 
-QUANTITIES = {
-    q.name: q
-    for q in [
-        Quantity(
-            'grpo_advantages',
-            'labels',
-            ('rewards', 'group_ids'),
-            '(B,)',
-            _pick('rewards', 'group_ids'),
-            _grpo_oracle,
-            _max_scale,
-            dict(convention='grpo'),
-            choices=dict(convention=GRPO_CONVENTIONS),
-        ),
-        Quantity(
-            'ppo_clip_loss',
-            'tokens',
-            ('logp', 'old_logp', 'advantages', 'mask'),
-            'scalar',
-            _pick('logp', 'old_logp', 'advantages', 'mask'),
-            _ppo_oracle,
-            _ppo_scale,
-            dict(
-                agg='seq-mean-token-mean',
-                clip_eps_low=0.2,
-                clip_eps_high=0.2,
-                dual_clip=None,
-                empty_rows='count',
-            ),
-            choices=dict(agg={a: {} for a in AGG_MODES}, empty_rows={'count': {}, 'skip': {}}),
-        ),
-        Quantity(
-            'k3_kl',
-            'tokens',
-            ('logp', 'ref_logp'),
-            '(B, T)',
-            _pick('logp', 'ref_logp'),
-            lambda x, clamp=False: k3_kl(x['logp'], x['ref_logp'], clamp),
-            _k3_scale,
-            dict(clamp=False),
-        ),
-        Quantity(
-            'lifted_cost',
-            'chains',
-            ('hidden', 'tau', 'Z', 'tau_bar'),
-            '(K, T, L_b)',
-            _pick('hidden', 'tau', 'Z', 'tau_bar'),
-            lambda x, alpha=0.25: lifted_cost(x['hidden'], x['tau'], x['Z'], x['tau_bar'], alpha),
-            _max_scale,
-            dict(alpha=0.25),
-            restrict=dict(dtypes=tuple(DTYPES)),
-        ),
-        Quantity(
-            'entropic_plans',
-            'chains',
-            ('hidden', 'mask', 'Z'),
-            '(K, T, L_b)',
-            _pick('hidden', 'mask', 'Z'),
-            _plans_oracle,
-            _ot_scale,
-            dict(alpha=0.25, reg=0.05),
-            floor=1e-8,
-            examples=100,
-            shrinks=100,
-        ),
-        Quantity(
-            'novelty',
-            'chains',
-            ('hidden', 'mask', 'Z'),
-            '(K, T)',
-            _pick('hidden', 'mask', 'Z'),
-            _novelty_oracle,
-            _ot_scale,
-            dict(alpha=0.25, reg=0.05),
-            floor=1e-8,
-            examples=100,
-            shrinks=100,
-        ),
-        Quantity(
-            'hara_weights',
-            'tokens',
-            ('x', 'A'),
-            '(B, T)',
-            _pick(x=lambda c: -c['logp'], A=lambda c: c['advantages']),
-            _weights_oracle,
-            lambda x, e, o: 1 + o['kappa'] * 4,
-            dict(kappa=1.0, w_min=0.5, w_max=2.0),
-        ),
-        Quantity(
-            'barycenter',
-            'chains',
-            ('hidden', 'mask'),
-            '(L_b, d)',
-            _pick('hidden', 'mask'),
-            _bary_oracle,
-            _bary_scale,
-            dict(alpha=0.25, L_b=8, reg=0.05),
-            floor=1e-7,
-            examples=15,
-            shrinks=20,
-            certify=_bary_certify,
-        ),
-        Quantity(
-            'hara_advantages',
-            'batch',
-            ('hidden', 'mask', 'rewards', 'group_ids'),
-            '(B, T)',
-            _pick('hidden', 'mask', 'rewards', 'group_ids'),
-            _hara_oracle,
-            _max_scale,
-            HARA_OPTIONS,
-            floor=1e-3,
-            examples=25,
-            shrinks=40,
-            choices=dict(
-                base={v: {} for v in ('grpo', 'drgrpo', 'dapo')},
-                granularity={v: {} for v in ('seq', 'tok', 'span')},
-                reference={v: {} for v in ('group', 'barycenter')},
-                barycenter={v: {} for v in ('linearized', 'exact')},
-                group_reference={v: {} for v in ('geometric', 'entrywise')},
-            ),
-        ),
-    ]
-}
+QUANTITIES = {q.name: q for q in [
+    Quantity('grpo_advantages', 'labels', ('rewards', 'group_ids'), '(B,)',
+             _pick('rewards', 'group_ids'), _grpo_oracle, _max_scale, dict(convention='grpo'),
+             choices=dict(convention=GRPO_CONVENTIONS)),
+    Quantity('ppo_clip_loss', 'tokens', ('logp', 'old_logp', 'advantages', 'mask'), 'scalar',
+             _pick('logp', 'old_logp', 'advantages', 'mask'), _ppo_oracle, _ppo_scale,
+             dict(agg='seq-mean-token-mean', clip_eps_low=0.2, clip_eps_high=0.2, dual_clip=None,
+                  empty_rows='count'),
+             choices=dict(agg={a: {} for a in AGG_MODES}, empty_rows={'count': {}, 'skip': {}}),
+             kinds=dict(dual_clip='real')),
+    Quantity('k3_kl', 'tokens', ('logp', 'ref_logp'), '(B, T)', _pick('logp', 'ref_logp'),
+             lambda x, clamp=False: k3_kl(x['logp'], x['ref_logp'], clamp), _k3_scale,
+             dict(clamp=False)),
+    Quantity('lifted_cost', 'chains', ('hidden', 'tau', 'Z', 'tau_bar'), '(K, T, L_b)',
+             _pick('hidden', 'tau', 'Z', 'tau_bar'),
+             lambda x, alpha=0.25: lifted_cost(x['hidden'], x['tau'], x['Z'], x['tau_bar'], alpha),
+             _max_scale, dict(alpha=0.25), restrict=dict(dtypes=tuple(DTYPES))),
+    *[Quantity(name, 'chains', ('hidden', 'mask', 'Z'), out, _pick('hidden', 'mask', 'Z'), oracle,
+               _ot_scale, dict(alpha=0.25, reg=0.05), floor=1e-8, examples=100, shrinks=100)
+      for name, out, oracle in [('entropic_plans', '(K, T, L_b)', _plans_oracle),
+                                ('novelty', '(K, T)', _novelty_oracle)]],
+    Quantity('hara_weights', 'tokens', ('x', 'A'), '(B, T)',
+             _pick(x=lambda c: -c['logp'], A=lambda c: c['advantages']), _weights_oracle,
+             lambda x, e, o: 1 + o['kappa'] * 4, dict(kappa=1.0, w_min=0.5, w_max=2.0)),
+    Quantity('barycenter', 'chains', ('hidden', 'mask'), '(L_b, d)', _pick('hidden', 'mask'),
+             _bary_oracle, _bary_scale, dict(alpha=0.25, L_b=8, reg=0.05), floor=1e-7,
+             examples=15, shrinks=20, certify=_bary_certify),
+    *[Quantity(name, 'batch', inputs, '(B, T)', _pick(*inputs), _hara_oracle, _max_scale,
+               HARA_OPTIONS, floor=1e-3, examples=25, shrinks=40, choices=HARA_CHOICES,
+               kinds=HARA_KINDS)
+      for name, inputs in [
+          ('hara_advantages', ('hidden', 'mask', 'rewards', 'group_ids')),
+          ('hara_advantages_outcomes', ('hidden', 'mask', 'rewards', 'group_ids', 'outcomes')),
+      ]],
+]}  # fmt: skip
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #014d3d4f
 def get_quantity(name: str) -> Quantity:
@@ -377,15 +311,53 @@ def get_quantity(name: str) -> Quantity:
     return QUANTITIES[name]
 
 
+def _number(v, tp=numbers.Real) -> bool:
+    "A number of type `tp`, not a bool."
+    return isinstance(v, tp) and not isinstance(v, bool)
+
+
+# the kinds of option value: a test of a value, and its words in an error
+KINDS = dict(
+    bool=(lambda v: isinstance(v, bool), 'True or False (JSON true or false)'),
+    int=(lambda v: _number(v, numbers.Integral), 'an integer'),
+    real=(_number, 'a finite real number'),
+    str=(lambda v: isinstance(v, str), 'a string'),
+    dict=(lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v), 'a dict'),
+)
+
+
+def option_kind(q: Quantity, name: str) -> str:
+    "The kind of value option `name` of `q` takes: its default's type, or `q.kinds`'s."
+    if name in q.kinds:
+        return q.kinds[name]
+    for t in (bool, int, float, str, dict):  # bool first: True is an int
+        if isinstance(q.options[name], t):
+            return KIND_OF_TYPE[t.__name__]
+    raise TypeError(f"{q.name}'s option {name!r} has no kind: set Quantity.kinds")
+
+
+def check_option(name: str, value, kind: str, nullable: bool = False) -> None:
+    "Refuse a value of option `name` that is not of `kind` (None allowed if `nullable`), by name."
+    test, text = KINDS[kind]
+    if nullable and value is None:
+        return
+    if not test(value) or (kind == 'real' and not math.isfinite(value)):
+        bad = ValueError if test(value) else TypeError  # a number not finite: a bad value
+        raise bad(f"{name} must be {text}{' or None' if nullable else ''}, got {value!r}")
+
+
 def quantity_options(q: Quantity, options: dict) -> dict:
-    """The oracle's options: the defaults, overridden by `options` (an unknown name, or a value not
-    among an option's choices, is an error)."""
+    """The oracle's options: the defaults, overridden by `options` (an unknown name, a value of the
+    wrong kind, or one not among an option's choices, is an error)."""
     bad = sorted(set(options) - set(q.options))
     if bad:
         raise TypeError(f"{q.name} has no option {bad[0]!r}; its options: {sorted(q.options)}")
     for k, v in options.items():
-        if k in q.choices and v not in tuple(q.choices[k]):
-            raise ValueError(f"{k} must be one of {tuple(q.choices[k])}, got {v!r}")
+        if k in q.choices:
+            if isinstance(v, (dict, list)) or v not in tuple(q.choices[k]):
+                raise ValueError(f"{k} must be one of {tuple(q.choices[k])}, got {v!r}")
+        else:
+            check_option(k, v, option_kind(q, k), q.options[k] is None)
     return {**q.options, **options}
 
 
@@ -410,6 +382,22 @@ def tolerance(q: Quantity, args: dict, expected, opts: dict, rtol=None, atol=Non
     scale = q.scale(upcast(args), expected, opts)
     r = q.k * eps if rtol is None else rtol
     return r, (max(q.k * eps, q.floor) * scale if atol is None else atol)
+
+# %% ../../nbs/5_practice/22_conformance.ipynb #opt43002
+def check_options(q: Quantity, options: dict) -> dict:
+    """`quantity_options`, then the oracle once with them on the family's probe case: the options,
+    or a TypeError or ValueError naming them (refused by the oracle, or its answer not finite)."""
+    opts = quantity_options(q, options)
+    given = ', '.join(f"{k}={v!r}" for k, v in options.items()) or 'its defaults'
+    x = upcast(q.args(build_case(q.family, PROBE_SPECS[q.family])))
+    try:
+        expected = q.oracle(x, **opts)
+    except Exception as e:  # the oracle's own checks, or a keyword its solvers do not take
+        bad = TypeError if isinstance(e, TypeError) else ValueError
+        raise bad(f"{q.name} cannot run with {given}: {type(e).__name__}: {e}") from None
+    if not torch.isfinite(torch.as_tensor(expected)).all():
+        raise ValueError(f"{q.name} with {given}: the oracle's answer is not finite")
+    return opts
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #70395f88
 def compare(got, expected: torch.Tensor, rtol: float, atol: float, top: int = 5) -> list:
@@ -460,15 +448,22 @@ def report(q: Quantity, opts: dict, args: dict, expected, got, problems: list, t
     return '\n'.join(lines)
 
 # %% ../../nbs/5_practice/22_conformance.ipynb #tmo00002
+# seconds each call of the function under test may take, unless told otherwise
+DEFAULT_TIMEOUT = 60.0
+
+
 class CaseTimeout(Exception):
     "A call of the function under test that did not return within the time limit."
 
 
-def call_limited(fn, args: list, timeout: float | None = None):
+class FunctionEnded(Exception):
+    "A call of the function under test that ended by raising what is not an Exception (SystemExit)."
+
+
+def call_limited(fn, args: list, timeout: float | None = DEFAULT_TIMEOUT):
     """`fn(*args)`, or CaseTimeout when it has not returned after `timeout` seconds (None: no
-    limit). The call runs in a daemon thread, abandoned, not stopped, when time is up."""
-    if timeout is None:
-        return fn(*args)
+    limit, the call in this thread), or FunctionEnded when it raised what is not an Exception. The
+    call runs in a daemon thread, abandoned, not stopped, when time is up."""
     box = {}
 
     def call():
@@ -478,21 +473,30 @@ def call_limited(fn, args: list, timeout: float | None = None):
             box['err'] = e
 
     t = threading.Thread(target=call, name='hara-ref-case', daemon=True)
-    t.start()
-    t.join(timeout)
+    if timeout is None:
+        call()
+    else:
+        t.start()
+        t.join(timeout)
     if t.is_alive():
         raise CaseTimeout(
             f"fn did not return within {timeout:g} s (timeout): the call was abandoned"
         )
-    if 'err' in box:
-        raise box['err']
+    e = box.get('err')
+    if isinstance(e, KeyboardInterrupt) and timeout is None:
+        raise e  # in this thread it may be the user's: it ends the run
+    if e is not None and not isinstance(e, Exception):  # SystemExit, KeyboardInterrupt, ...
+        what = f"{type(e).__name__}({', '.join(map(repr, e.args))})"
+        raise FunctionEnded(f"fn raised {what} instead of returning")
+    if e is not None:
+        raise e
     return box['out']
 
 
 class Watched:
     "`fn` under a time limit per call, remembering whether a call timed out (`hung`)."
 
-    def __init__(self, fn, timeout: float | None):
+    def __init__(self, fn, timeout: float | None = DEFAULT_TIMEOUT):
         self.fn, self.timeout, self.hung = fn, timeout, False
 
     def __call__(self, *args):
@@ -510,7 +514,7 @@ def check_inputs(
     else the report."""
     try:
         got = call_limited(fn, [v.clone() for v in args.values()], timeout)
-    except CaseTimeout as e:
+    except (CaseTimeout, FunctionEnded) as e:
         problems, got = [str(e)], None
     except Exception as e:  # a crash is a failure of the case, reported with it
         problems, got = [f"fn raised {type(e).__name__}: {e}"], None
@@ -552,13 +556,13 @@ def assert_conforms(
     rtol: float | None = None,  # override the tolerance rule
     atol: float | None = None,
     cases: dict | None = None,  # restrictions of the case strategy (`case_specs`)
-    timeout: float | None = None,  # seconds each call of fn may take (None: no limit)
+    timeout: float | None = DEFAULT_TIMEOUT,  # seconds each call of fn may take (None: no limit)
     **options,  # the oracle's conventions (see the quantity's `options`)
 ) -> None:
     "Raise AssertionError with the smallest failing case if `fn` differs from the oracle."
     q = get_quantity(quantity)
-    opts = quantity_options(q, options)
     check_limits(rtol, atol, timeout)
+    opts = check_options(q, options)
     examples = q.examples if max_examples is None else max_examples
     budget = q.shrinks if max_shrinks is None else max_shrinks
     examples = check_scalar('max_examples', examples, 1, integer=True)

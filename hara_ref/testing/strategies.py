@@ -16,9 +16,10 @@ from ..ot.lfgw import chain_tau_bar
 DTYPES = {'float64': torch.float64, 'float32': torch.float32, 'bfloat16': torch.bfloat16}
 
 # %% auto #0
-__all__ = ['DTYPES', 'ID_STYLES', 'EDGE_X', 'EDGE_U', 'SEED', 'LAYOUTS', 'MAX_T', 'BUILDERS', 'SPECS', 'group_labels',
-           'build_labels', 'build_tokens', 'build_chains', 'build_batch', 'labels_specs', 'tokens_specs',
-           'chains_specs', 'batch_specs', 'case_flags', 'check_restrictions', 'case_specs', 'build_case']
+__all__ = ['DTYPES', 'ID_STYLES', 'EDGE_X', 'EDGE_U', 'REWARD_KINDS', 'OUTCOME_LABELS', 'SEED', 'LAYOUTS', 'MAX_T', 'BUILDERS',
+           'SPECS', 'PROBE_SPECS', 'VECTOR_SPECS', 'group_labels', 'build_labels', 'build_tokens', 'build_chains',
+           'build_batch', 'labels_specs', 'tokens_specs', 'chains_specs', 'batch_specs', 'case_flags',
+           'check_restrictions', 'case_specs', 'build_case']
 
 # %% ../../nbs/5_practice/21_cases.ipynb #440f6b2b
 def _gen(spec: dict) -> torch.Generator:
@@ -128,14 +129,31 @@ def build_chains(spec: dict) -> dict:
     )
 
 # %% ../../nbs/5_practice/21_cases.ipynb #be536943
+# the rewards of a batch case: {0, 1}; multiples of 1/4 in [0, 1] (ties at graded values); uniform
+# in [0, 1) (every value distinct: every rollout alone in its outcome group)
+REWARD_KINDS = ('binary', 'graded', 'float')
+# outcome labels of a batch case: any values (negative, zero, not 0/1), ties
+OUTCOME_LABELS = (-3, 0, 1, 4)
+
+
 def build_batch(spec: dict) -> dict:
     """A batch of several prompts' rollouts from a batch spec: hidden (B, T, d), mask (B, T)
-    (prefixes of `lengths`, 0 allowed), binary rewards (B,) and group ids (B,) of group `sizes`,
-    labelled by `ids` (one of `ID_STYLES`; 'spread' when absent), `shuffle`d, `dtype`, `seed`."""
+    (prefixes of `lengths`, 0 allowed), rewards (B,) of kind `rewards` (one of `REWARD_KINDS`;
+    'binary' when absent), group ids (B,) of group `sizes`, labelled by `ids` (one of `ID_STYLES`;
+    'spread' when absent), `shuffle`d, `dtype`, `seed`; and outcome labels (B,) (int64 from
+    `OUTCOME_LABELS`, drawn last, independent of the rewards)."""
     g, lengths, sizes = _gen(spec), spec['lengths'], spec['sizes']
     B, T, d = sum(sizes), spec['T'], spec['d']
     hidden = torch.randn(B, T, d, generator=g, dtype=torch.float64)  # (B, T, d)
-    rewards = torch.randint(0, 2, (B,), generator=g).double()  # (B,)
+    kind = spec.get('rewards', 'binary')
+    if kind == 'binary':
+        rewards = torch.randint(0, 2, (B,), generator=g).double()  # (B,)
+    elif kind == 'graded':
+        rewards = torch.randint(0, 5, (B,), generator=g).double() / 4  # (B,) exact in any dtype
+    elif kind == 'float':
+        rewards = torch.rand(B, generator=g, dtype=torch.float64)  # (B,)
+    else:
+        raise ValueError(f"rewards must be one of {REWARD_KINDS}, got {kind!r}")
     ids = torch.repeat_interleave(
         group_labels(spec.get('ids', 'spread'), len(sizes)), torch.tensor(sizes)
     )
@@ -143,8 +161,12 @@ def build_batch(spec: dict) -> dict:
     if spec['shuffle']:
         perm = torch.randperm(B, generator=g)  # (B,)
         hidden, mask, rewards, ids = hidden[perm], mask[perm], rewards[perm], ids[perm]
+    labels = torch.tensor(OUTCOME_LABELS)  # (n,)
+    outcomes = labels[torch.randint(len(labels), (B,), generator=g)]  # (B,) int64
     dt = DTYPES[spec['dtype']]
-    return dict(hidden=hidden.to(dt), mask=mask, rewards=rewards.to(dt), group_ids=ids)
+    return dict(
+        hidden=hidden.to(dt), mask=mask, rewards=rewards.to(dt), group_ids=ids, outcomes=outcomes
+    )
 
 # %% ../../nbs/5_practice/21_cases.ipynb #83d00ce1
 SEED = st.integers(0, 2**16)
@@ -214,7 +236,8 @@ def batch_specs(
     draw, dtypes=('float64', 'float32'), min_len: int = 0, layout: str = 'any', edges: bool = True
 ) -> dict:
     """Batch specs: 1-3 prompts of 1-4 rollouts (singletons too), 1-5 tokens, empty rows, d in 1..3;
-    with `edges`, ids of every style; `layout='trl'`: P prompts of G >= 2 rollouts, ids 0..P-1."""
+    with `edges`, ids of every style and rewards of every kind (`REWARD_KINDS`); `layout='trl'`: P
+    prompts of G >= 2 rollouts, ids 0..P-1."""
     if layout == 'trl':
         sizes = [draw(st.integers(2, 4))] * draw(st.integers(1, 3))
     else:
@@ -233,11 +256,30 @@ def batch_specs(
         spec['ids'] = 'small'
     elif edges:
         spec['ids'] = draw(st.sampled_from(ID_STYLES))
+    if edges:
+        spec['rewards'] = draw(st.sampled_from(REWARD_KINDS))
     return spec
 
 # %% ../../nbs/5_practice/21_cases.ipynb #520cfe3a
+def _outcome_flags(ids, r, outcomes=None) -> list:
+    """'graded-rewards': a reward outside {0, 1}; 'graded-tie': two rollouts of one prompt share
+    such a reward; 'outcome-labels': labels given, 'outcomes-not-rewards': they group two rollouts
+    of one prompt that the rewards do not, or the other way round."""
+    graded = (r != 0) & (r != 1)  # (B,)
+    same = ids[:, None] == ids[None, :]  # (B, B) same prompt
+    pair = same & ~torch.eye(len(r), dtype=torch.bool)  # (B, B) two rollouts of one prompt
+    tie = pair & (r[:, None] == r[None, :]) & graded[:, None]  # (B, B)
+    f = ['graded-rewards'] * bool(graded.any()) + ['graded-tie'] * bool(tie.any())
+    if outcomes is not None:
+        by_o = outcomes[:, None] == outcomes[None, :]  # (B, B)
+        by_r = r[:, None] == r[None, :]  # (B, B)
+        f += ['outcome-labels'] + ['outcomes-not-rewards'] * bool((pair & (by_o != by_r)).any())
+    return f
+
+
 def case_flags(case: dict) -> list:
-    "Names of the edges a case covers: singleton-group, all-equal, unsorted-ids, mask-hole, ..."
+    """Names of the edges a case covers: singleton-group, all-equal, unsorted-ids, graded-tie,
+    mask-hole, ..."""
     f = []
     if 'group_ids' in case:
         ids = case['group_ids']
@@ -248,6 +290,8 @@ def case_flags(case: dict) -> list:
         r = case.get('rewards')
         if r is not None and len(r) > 1 and bool((r == r[0]).all()):
             f.append('all-equal')
+        if r is not None:
+            f += _outcome_flags(ids, r.double(), case.get('outcomes'))
     if 'mask' in case:
         m = case['mask']
         L = m.sum(-1)  # (B,)
@@ -303,3 +347,52 @@ def case_specs(family: str, **restrict):
 def build_case(family: str, spec: dict) -> dict:
     "The tensors of a spec: a dict name -> tensor, deterministic in the spec."
     return BUILDERS[family](spec)
+
+# %% ../../nbs/5_practice/21_cases.ipynb #prb43002
+PROBE_SPECS = dict(
+    labels=dict(sizes=[3, 1, 2], kind='float', shuffle=True, dtype='float64', seed=2),
+    tokens=dict(lengths=[4, 0, 2], T=4, holes=True, dtype='float64', seed=1, values='edges'),
+    chains=dict(lengths=[4, 2, 1], T=4, d=3, L_b=4, dtype='float64', seed=1),
+    batch=dict(sizes=[4, 3, 1], lengths=[3, 4, 0, 2, 3, 2, 4, 3], T=4, d=3, shuffle=False,
+               dtype='float64', seed=1),
+)  # fmt: skip
+
+# %% ../../nbs/5_practice/21_cases.ipynb #vsp43002
+VECTOR_SPECS = {
+    'labels': [
+        dict(sizes=[4, 4], kind='binary', shuffle=False, dtype='float64', seed=1),
+        dict(sizes=[1, 3, 2], kind='float', shuffle=True, dtype='float64', seed=2),
+        dict(sizes=[3, 3], kind='equal', shuffle=False, dtype='float32', seed=3),
+        dict(sizes=[2, 5], kind='grid', shuffle=True, dtype='bfloat16', seed=4),
+        dict(sizes=[3, 1, 2], kind='binary', shuffle=True, dtype='float64', seed=5, ids='negative'),
+        dict(sizes=[2, 2, 2], kind='grid', shuffle=False, dtype='float64', seed=6, ids='unsorted'),
+        dict(sizes=[3, 3], kind='grid', shuffle=False, dtype='float32', seed=7, ids='small'),  # TRL
+    ],
+    'tokens': [
+        dict(lengths=[4, 1, 2], T=4, holes=False, dtype='float64', seed=1),
+        dict(lengths=[0, 3, 5], T=5, holes=True, dtype='float64', seed=4),
+        dict(lengths=[3, 3], T=3, holes=False, dtype='float32', seed=3),
+        dict(lengths=[2, 4], T=4, holes=True, dtype='bfloat16', seed=4),
+        dict(lengths=[4, 2, 3], T=4, holes=False, dtype='float64', seed=5, values='edges'),
+        dict(lengths=[3, 0, 4], T=4, holes=True, dtype='float32', seed=6, values='edges'),
+    ],
+    'chains': [
+        dict(lengths=[4, 2, 1], T=4, d=3, L_b=4, dtype='float64', seed=1),
+        dict(lengths=[3, 3], T=3, d=2, L_b=3, dtype='float32', seed=2),
+    ],
+    'batch': [
+        dict(sizes=[3, 1, 2], lengths=[4, 2, 0, 3, 1, 4], T=4, d=3, shuffle=True, dtype='float64',
+             seed=1),
+        dict(sizes=[4], lengths=[3, 3, 2, 1], T=3, d=2, shuffle=False, dtype='float32', seed=2),
+        dict(sizes=[2, 3], lengths=[3, 1, 2, 3, 2], T=3, d=2, shuffle=True, dtype='float64', seed=3,
+             ids='negative'),
+        # graded rewards: ties at graded values (one outcome group), 0.75 and 1 apart
+        dict(sizes=[4, 3], lengths=[3, 2, 4, 1, 3, 3, 2], T=4, d=2, shuffle=False, dtype='float64',
+             seed=2, rewards='graded'),
+        dict(sizes=[3, 3], lengths=[2, 3, 3, 1, 2, 3], T=3, d=3, shuffle=False, dtype='float32',
+             seed=4, ids='small', rewards='graded'),
+        # every reward distinct: every rollout alone in its outcome group
+        dict(sizes=[3, 2], lengths=[2, 3, 1, 3, 2], T=3, d=2, shuffle=True, dtype='float64',
+             seed=5, rewards='float'),
+    ],
+}  # fmt: skip

@@ -9,16 +9,21 @@ import hashlib
 import importlib
 import inspect
 import json
+import numbers
 import os
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
 
 from ..engine.checks import check_scalar
-from .strategies import LAYOUTS, SPECS, build_case, case_flags, case_specs
+from .strategies import LAYOUTS, SPECS, VECTOR_SPECS, build_case, case_flags
+from .strategies import case_specs
 from ..engine.conventions import AGG_MODES
 from hara_ref.testing import (
+    DEFAULT_TIMEOUT,
     GRPO_CONVENTIONS,
     QUANTITIES,
     Quantity,
@@ -26,66 +31,22 @@ from hara_ref.testing import (
     assert_conforms,
     check_inputs,
     check_limits,
+    check_options,
     constants_text,
     get_quantity,
     quantity_options,
+    tensor_literal,
     tolerance,
     upcast,
 )
 
 # %% auto #0
-__all__ = ['VECTOR_SPECS', 'VECTOR_OPTIONS', 'vector_cases', 'case_digest', 'write_vectors', 'read_vectors', 'vectors_for',
-           'check_vectors', 'UsageError', 'vectors_cli', 'quantities_help', 'check_parser', 'load_target',
-           'prepare_check', 'check_cli']
+__all__ = ['VECTOR_OPTIONS', 'vector_cases', 'case_digest', 'write_vectors', 'read_vectors', 'vector_inputs', 'check_published',
+           'vectors_for', 'check_vectors', 'UsageError', 'vectors_cli', 'quantities_help', 'check_parser',
+           'load_target', 'prepare_check', 'run_cases', 'Announced', 'check_child', 'verdict_of', 'run_in_child',
+           'check_cli']
 
 # %% ../../nbs/5_practice/23_vectors.ipynb #260e5030
-VECTOR_SPECS = {
-    'labels': [
-        dict(sizes=[4, 4], kind='binary', shuffle=False, dtype='float64', seed=1),
-        dict(sizes=[1, 3, 2], kind='float', shuffle=True, dtype='float64', seed=2),
-        dict(sizes=[3, 3], kind='equal', shuffle=False, dtype='float32', seed=3),
-        dict(sizes=[2, 5], kind='grid', shuffle=True, dtype='bfloat16', seed=4),
-        dict(sizes=[3, 1, 2], kind='binary', shuffle=True, dtype='float64', seed=5, ids='negative'),
-        dict(sizes=[2, 2, 2], kind='grid', shuffle=False, dtype='float64', seed=6, ids='unsorted'),
-        dict(
-            sizes=[3, 3], kind='grid', shuffle=False, dtype='float32', seed=7, ids='small'
-        ),  # TRL's
-    ],
-    'tokens': [
-        dict(lengths=[4, 1, 2], T=4, holes=False, dtype='float64', seed=1),
-        dict(lengths=[0, 3, 5], T=5, holes=True, dtype='float64', seed=4),
-        dict(lengths=[3, 3], T=3, holes=False, dtype='float32', seed=3),
-        dict(lengths=[2, 4], T=4, holes=True, dtype='bfloat16', seed=4),
-        dict(lengths=[4, 2, 3], T=4, holes=False, dtype='float64', seed=5, values='edges'),
-        dict(lengths=[3, 0, 4], T=4, holes=True, dtype='float32', seed=6, values='edges'),
-    ],
-    'chains': [
-        dict(lengths=[4, 2, 1], T=4, d=3, L_b=4, dtype='float64', seed=1),
-        dict(lengths=[3, 3], T=3, d=2, L_b=3, dtype='float32', seed=2),
-    ],
-    'batch': [
-        dict(
-            sizes=[3, 1, 2],
-            lengths=[4, 2, 0, 3, 1, 4],
-            T=4,
-            d=3,
-            shuffle=True,
-            dtype='float64',
-            seed=1,
-        ),
-        dict(sizes=[4], lengths=[3, 3, 2, 1], T=3, d=2, shuffle=False, dtype='float32', seed=2),
-        dict(
-            sizes=[2, 3],
-            lengths=[3, 1, 2, 3, 2],
-            T=3,
-            d=2,
-            shuffle=True,
-            dtype='float64',
-            seed=3,
-            ids='negative',
-        ),  # fmt: skip
-    ],
-}
 # the options each quantity's vectors are written under (default: its defaults only)
 VECTOR_OPTIONS = {
     'grpo_advantages': [dict(convention=c) for c in GRPO_CONVENTIONS],
@@ -233,8 +194,47 @@ def read_vectors(directory) -> dict:
     return index
 
 
+def vector_inputs(c: dict, tensors: dict) -> tuple:
+    """(inputs in call order, expected answer) of index entry `c` from its file's `tensors`; bf16
+    inputs, stored as float32, cast back (refused if they are not bf16 values)."""
+    try:
+        args = {k: tensors[f"{c['id']}/{k}"] for k in c['inputs']}
+        expected = tensors[f"{c['id']}/expected"]
+    except KeyError as e:
+        raise ValueError(f"case {c['id']}: its file holds no tensor {e}") from None
+    if c['dtype'] == 'bfloat16':
+        for k, v in args.items():
+            if v.is_floating_point() and not (
+                v.dtype == torch.float32 and torch.equal(v.bfloat16().float(), v)
+            ):
+                raise ValueError(
+                    f"case {c['id']} says bfloat16, but its {k} holds {v.dtype} values "
+                    "that are not bfloat16's"
+                )
+        args = {k: v.bfloat16() if v.is_floating_point() else v for k, v in args.items()}
+    return args, expected
+
+
+def check_published(q: Quantity, opts: dict, c: dict, args: dict, expected) -> None:
+    """Refuse (ValueError) a case whose index allows a looser tolerance than the kit's rule gives
+    its inputs and answer, whatever its seal says."""
+    rule = dict(zip(('rtol', 'atol'), tolerance(q, args, expected, opts)))
+    for name, limit in rule.items():
+        v = c.get(name)
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool)
+        if not (ok and v <= limit * (1 + 1e-9)):  # the rule's float64 arithmetic, reordered
+            raise ValueError(
+                f"case {c['id']} allows {name}={v!r}, looser than the kit's rule for it "
+                f"({name}={limit:.3e}): a set's tolerances may be tighter than the rule, "
+                "never looser"
+            )
+
+
 def vectors_for(q: Quantity, opts: dict, directory) -> tuple:
-    "(index, cases) of the checked set in `directory` for `q` under `opts`; ValueError if none."
+    """(index, cases) of the checked set in `directory` for `q` under `opts`, each case's tolerance
+    no looser than the kit's rule; ValueError if there are none, or one is looser."""
+    from safetensors.torch import load_file
+
     index = read_vectors(directory)
     cases = [c for c in index['cases'] if c['quantity'] == q.name and c['options'] == opts]
     if not cases:
@@ -242,19 +242,26 @@ def vectors_for(q: Quantity, opts: dict, directory) -> tuple:
             f"no {q.name} vectors with options {opts} in {directory} "
             f"(a set of {index['oracle']} {index['version']})"
         )
+    files = {}
+    for c in cases:
+        t = files.setdefault(c['file'], load_file(Path(directory) / c['file']))
+        check_published(q, opts, c, *vector_inputs(c, t))
     return index, cases
 
 # %% ../../nbs/5_practice/23_vectors.ipynb #09dcee48
-def check_vectors(fn, quantity: str, directory, *, timeout: float | None = None, **options) -> int:
+def check_vectors(
+    fn, quantity: str, directory, *, timeout: float | None = DEFAULT_TIMEOUT, **options
+) -> int:
     """Check `fn` against the frozen vectors of `quantity` in `directory` written under `options`
     (the defaults where not given), each call at most `timeout` seconds: the number of cases
-    checked, or AssertionError listing each failing case. A set that was edited is refused
-    (ValueError, with the reason) before any case runs."""
+    checked, or AssertionError listing each failing case. A set that was edited, or allows a
+    looser tolerance than the kit's rule, is refused (ValueError, with the reason) before any case
+    runs."""
     from safetensors.torch import load_file
 
     q = get_quantity(quantity)
-    opts = quantity_options(q, options)
     check_limits(timeout=timeout)
+    opts = check_options(q, options)
     index, cases = vectors_for(q, opts, directory)
     directory, made, watched = (
         Path(directory),
@@ -267,11 +274,9 @@ def check_vectors(fn, quantity: str, directory, *, timeout: float | None = None,
             problems.append(f"[{c['id']}] not run: a case before it timed out")
             continue
         t = files.setdefault(c['file'], load_file(directory / c['file']))
-        args = {k: t[f"{c['id']}/{k}"] for k in c['inputs']}
-        if c['dtype'] == 'bfloat16':
-            args = {k: v.bfloat16() if v.is_floating_point() else v for k, v in args.items()}
+        args, expected = vector_inputs(c, t)
         tol = (c['rtol'], c['atol'])
-        msg = check_inputs(watched, q, args, opts, t[f"{c['id']}/expected"], tol)
+        msg = check_inputs(watched, q, args, opts, expected, tol, timeout=None)
         if msg is not None:
             problems.append(f"[{c['id']}] {msg}")
     if problems:
@@ -372,7 +377,10 @@ def check_parser() -> argparse.ArgumentParser:
     p.add_argument('--rtol', type=float, default=None, help="relative tolerance (the kit's rule)")
     p.add_argument('--atol', type=float, default=None, help="absolute tolerance (the kit's rule)")
     p.add_argument(
-        '--timeout', type=float, default=60.0, help='seconds each call may take (%(default)s)'
+        '--timeout',
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help='seconds each call may take (%(default)s)',
     )
     p.add_argument('--vectors', metavar='DIR', help='also check the test vectors in this folder')
     p.add_argument('--equal-groups', action='store_true', help='only groups of one size')
@@ -411,10 +419,11 @@ def load_target(target: str):
     return fn
 
 
-def prepare_check(a: argparse.Namespace) -> dict:
+def prepare_check(a: argparse.Namespace, load: bool = True) -> dict:
     """Everything `hara-ref check` can refuse, before any case runs: the target's form, the options
-    (the oracle run once with them), the numbers, the case restriction, the vector set, the import.
-    The function, options, case restriction and the set's version; or a UsageError."""
+    (their kinds, the oracle run once with them), the numbers, the case restriction, the vector set,
+    the import (if `load`). The function (None if not `load`), options, case restriction and the
+    set's version; or a UsageError."""
     q, (mod, _, name) = get_quantity(a.quantity), a.target.partition(':')
     if not mod or not name:
         raise UsageError(f"target must be MODULE:FUNCTION, got {a.target!r}")
@@ -422,8 +431,7 @@ def prepare_check(a: argparse.Namespace) -> dict:
     if twice := sorted({k for k in keys if keys.count(k) > 1}):
         raise UsageError(f"--option {twice[0]} is given twice")
     try:
-        opts = quantity_options(q, dict(a.option))
-        q.oracle(upcast(q.args(build_case(q.family, VECTOR_SPECS[q.family][0]))), **opts)
+        opts = check_options(q, dict(a.option))
         if a.examples is not None:
             check_scalar('--examples', a.examples, 1, integer=True)
         for flag, v in (('--rtol', a.rtol), ('--atol', a.atol)):
@@ -446,17 +454,11 @@ def prepare_check(a: argparse.Namespace) -> dict:
         except ValueError as e:
             raise UsageError(e) from None
         made = f"{index['oracle']} {index['version']}"
-    return dict(fn=load_target(a.target), opts=opts, cases=cases, made=made)
+    return dict(fn=load_target(a.target) if load else None, opts=opts, cases=cases, made=made)
 
 
-def check_cli(argv: list | None = None) -> int:
-    "`hara-ref check MODULE:FUNCTION --quantity NAME`: 0 conforms, 1 does not, 2 cannot run."
-    try:
-        a = check_parser().parse_args(sys.argv[1:] if argv is None else argv)
-        run = prepare_check(a)
-    except UsageError as e:
-        print(f"hara-ref check: {_one_line(e)}", file=sys.stderr)
-        return 2
+def run_cases(a: argparse.Namespace, run: dict) -> tuple:
+    "(exit code, stdout, stderr) of `hara-ref check`'s cases, run in this process."
     fn, opts, limit = run['fn'], run['opts'], dict(timeout=a.timeout)
     try:
         assert_conforms(
@@ -472,10 +474,119 @@ def check_cli(argv: list | None = None) -> int:
         )
         n = check_vectors(fn, a.quantity, a.vectors, **limit, **opts) if a.vectors else 0
     except AssertionError as e:
-        print(f"FAIL {a.target} does not conform to {a.quantity}\n{e}")
-        return 1
-    print(
-        f"PASS {a.target} conforms to {a.quantity} {opts}"
-        + (f"; {n} vectors of {run['made']}" if n else '')
-    )
-    return 0
+        return 1, f"FAIL {a.target} does not conform to {a.quantity}\n{e}\n", ''
+    except (TypeError, ValueError) as e:  # the oracle refused a case: the options cannot run
+        return 2, '', f"hara-ref check: {_one_line(e)}\n"
+    made = f"; {n} vectors of {run['made']}" if n else ''
+    return 0, f"PASS {a.target} conforms to {a.quantity} {opts}{made}\n", ''
+
+# %% ../../nbs/5_practice/23_vectors.ipynb #chd43002
+class Announced:
+    "`fn`, each call announced by `send` before it runs (its case, as code) and after it returns."
+
+    def __init__(self, fn, names: tuple, send):
+        self.fn, self.names, self.send = fn, names, send
+
+    def __call__(self, *args):
+        self.send(call=[f"    {k} = {tensor_literal(v)}" for k, v in zip(self.names, args)])
+        try:
+            return self.fn(*args)
+        finally:
+            self.send(returned=True)
+
+
+def check_child(payload: dict) -> int:
+    """`hara-ref check` in the child process: the checks again, the import of the target, the
+    cases; each step and the verdict appended to the file `payload['verdict']`."""
+    fd = os.open(payload['verdict'], os.O_WRONLY | os.O_APPEND)
+
+    def send(**message):
+        os.write(fd, (json.dumps(message) + '\n').encode())
+
+    try:
+        a = check_parser().parse_args(payload['argv'])
+        run = prepare_check(a)
+    except UsageError as e:
+        send(rc=2, out='', err=f"hara-ref check: {_one_line(e)}\n")
+        return 2
+    send(cases=True)
+    run['fn'] = Announced(run['fn'], get_quantity(a.quantity).inputs, send)
+    rc, out, err = run_cases(a, run)
+    send(rc=rc, out=out, err=err)
+    return rc
+
+
+# the child: the parent's sys.path, then `check_child`; it exits at once (threads abandoned)
+_CHILD = """import json, os, sys
+p = json.loads(open(sys.argv[1]).read())
+sys.path[:] = p['path'] + [x for x in sys.path if x not in p['path']]
+from hara_ref.testing.vectors import check_child
+rc = check_child(p)
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(rc)
+"""
+
+
+def _messages(text: str) -> list:
+    "The child's messages, one JSON object a line (a line cut short by its end left out)."
+    out = []
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def verdict_of(messages: list, code: int, a: argparse.Namespace, opts: dict) -> tuple:
+    """(exit code, stdout, stderr) of `hara-ref check` from the child's messages and exit code: its
+    verdict, or, without one, what ended it: the import (2), a call of fn (1, with its case), or
+    neither (1)."""
+    for m in messages:
+        if 'rc' in m:
+            return m['rc'], m['out'], m['err']
+    how = f"exit code {code}" if code >= 0 else f"signal {-code}"
+    if not any('cases' in m for m in messages):
+        mod = a.target.partition(':')[0]
+        return 2, '', f"hara-ref check: cannot import {mod}: the process ended ({how})\n"
+    shown = ', '.join(f'{k}={v!r}' for k, v in opts.items())
+    head = f"FAIL {a.target} does not conform to {a.quantity}\n"
+    head += f"{a.quantity}({shown}) does not conform: "
+    calls = [m for m in messages if 'call' in m or 'returned' in m]
+    if calls and 'call' in calls[-1]:
+        lines = [f"{head}fn ended the process ({how}) instead of returning"]
+        lines += ['case (paste into a test):', '    import torch', *calls[-1]['call']]
+        return 1, '\n'.join(lines) + '\n', ''
+    return 1, f"{head}the check ended ({how}) between two calls of fn, without a verdict\n", ''
+
+
+def run_in_child(argv: list, a: argparse.Namespace, opts: dict) -> tuple:
+    "(exit code, stdout, stderr) of `hara-ref check argv`, its cases run in a child process."
+    with tempfile.TemporaryDirectory(prefix='hara-ref-check-') as d:
+        payload, verdict = Path(d, 'payload.json'), Path(d, 'verdict.jsonl')
+        verdict.touch()
+        payload.write_text(json.dumps(dict(argv=argv, path=sys.path, verdict=str(verdict))))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            code = subprocess.run([sys.executable, '-c', _CHILD, str(payload)]).returncode
+        except KeyboardInterrupt:  # the child is killed with it
+            return 130, '', 'hara-ref check: interrupted\n'
+        messages = _messages(verdict.read_text())
+    return verdict_of(messages, code, a, opts)
+
+
+def check_cli(argv: list | None = None) -> int:
+    "`hara-ref check MODULE:FUNCTION --quantity NAME`: 0 conforms, 1 does not, 2 cannot run."
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        a = check_parser().parse_args(argv)
+        run = prepare_check(a, load=False)
+    except UsageError as e:
+        print(f"hara-ref check: {_one_line(e)}", file=sys.stderr)
+        return 2
+    rc, out, err = run_in_child(argv, a, run['opts'])
+    print(out, end='')
+    print(err, end='', file=sys.stderr)
+    return rc

@@ -102,6 +102,17 @@ def experiment_errors(ex: ExperimentConfig) -> list:
         bad.append("`seeds` is empty")
     if ex.dtype not in DTYPES:
         bad.append(f"`dtype` must be one of {tuple(DTYPES)}, got {ex.dtype!r}")
+    try:
+        dev = torch.device(ex.device)
+    except (RuntimeError, TypeError):  # torch's message names no field
+        dev = None
+    if dev is None or dev.type not in ('cpu', 'cuda'):
+        bad.append(f"`device` must be cpu, cuda or cuda:N, got {ex.device!r}")
+    elif dev.type == 'cpu' and ex.dtype == 'fp16':
+        bad.append(
+            "`dtype` fp16 needs a CUDA `device`: on a CPU, float16 training ends in NaN "
+            "log-probabilities; use bf16 or fp32"
+        )
     if ex.task not in ('sum', 'countdown'):
         bad.append(f"`task` must be 'sum' or 'countdown', got {ex.task!r}")
     if ex.engine not in ('ours', 'trl'):

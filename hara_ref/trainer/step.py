@@ -14,12 +14,14 @@ from ..rlvr.grpo import masked_mean
 from ..engine.conventions import dynamic_sampling_mask, overlong_penalty, ppo_clip_loss
 from ..engine.checks import field_errors
 from ..engine.hara_engine import REWEIGHTS, needs_hidden, reweight_advantages
+from ..engine.novelty import novelty_options
 from ..train.policy import encode_prompts, pad_id, policy_forward, sample
 from ..train.sft import rewards_of
 
 # %% auto #0
-__all__ = ['BASE_METHODS', 'ALLOCATIONS', 'LOSS_AGG', 'TRAIN_RANGES', 'HOOK_HOME', 'TrainConfig', 'train_config_errors',
-           'credit_advantages', 'need_hook', 'needed_hooks', 'sample_prompts', 'rl_step', 'ppo_update']
+__all__ = ['BASE_METHODS', 'ALLOCATIONS', 'LOSS_AGG', 'TRAIN_RANGES', 'HOOK_HOME', 'TrainConfig', 'oracle_options',
+           'train_config_errors', 'credit_advantages', 'need_hook', 'needed_hooks', 'sample_prompts', 'rl_step',
+           'ppo_update']
 
 # %% ../../nbs/7_trainer/44_step.ipynb #029c8aca
 # hp-rlvr: one rollout per prompt, hindsight credit (chapter 50_hp_rlvr)
@@ -105,6 +107,24 @@ TRAIN_RANGES = {
 }
 
 
+def oracle_options(cfg: TrainConfig) -> dict:
+    """The options `credit_advantages` gives the oracle for HARA: the novelty's settings and the
+    iteration caps `bary_iters` and `plan_iters` (the latter only where Newton or Sinkhorn runs)."""
+    bk = {} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)
+    if cfg.plan_iters is not None and cfg.barycenter == 'linearized':
+        bk['inner_iter'] = cfg.plan_iters
+    cap = {} if cfg.plan_iters is None else dict(plan_kw=dict(num_iter_max=cfg.plan_iters))
+    return dict(
+        metric=cfg.metric,
+        barycenter=cfg.barycenter,
+        alpha=cfg.alpha,
+        L_b=cfg.L_b,
+        reg=cfg.reg,
+        bary_kw=bk,
+        **cap,
+    )
+
+
 def train_config_errors(cfg: TrainConfig) -> list:
     """What is wrong with `cfg`, one message per problem (a field is named in backticks, or by its
     name with an underscore)."""
@@ -141,6 +161,17 @@ def train_config_errors(cfg: TrainConfig) -> list:
             "`metric` must be fgw|w|gw|embed and `barycenter` linearized|exact, got "
             f"{cfg.metric!r}, {cfg.barycenter!r}"
         )
+    hara = cfg.reweight in ('hara-seq', 'hara-tok')
+    if hara and cfg.barycenter == 'exact' and cfg.plan_iters is not None:
+        bad.append(
+            f"plan_iters caps Newton or Sinkhorn steps, which `barycenter` exact does not take "
+            f"(its plans are exact): leave plan_iters unset, got {cfg.plan_iters}"
+        )
+    if hara and not bad:  # what the oracle will be given, checked by the oracle now
+        try:
+            novelty_options(**oracle_options(cfg))
+        except (ValueError, TypeError) as e:
+            bad.append(f"the HARA oracle refuses these settings: {e}")
     return bad
 
 # %% ../../nbs/7_trainer/44_step.ipynb #83226c37
@@ -152,19 +183,7 @@ def credit_advantages(cfg: TrainConfig, hidden, mask, rewards, group_ids, entrop
         {} if cfg.plan_iters is None else dict(plan_kw=dict(num_iter_max=cfg.plan_iters)),
     )
     if cfg.reweight.startswith('hara'):
-        bk = {} if cfg.bary_iters is None else dict(max_iter=cfg.bary_iters)
-        kw = dict(
-            metric=cfg.metric,
-            barycenter=cfg.barycenter,
-            alpha=cfg.alpha,
-            L_b=cfg.L_b,
-            reg=cfg.reg,
-            bary_kw={
-                **bk,
-                **({} if cfg.plan_iters is None else dict(inner_iter=cfg.plan_iters)),
-            },
-            **cap,
-        )
+        kw = oracle_options(cfg)
     elif cfg.reweight == 'shear':
         kw = dict(reg=cfg.reg, **cap)
     h = hidden.float() if hidden is not None else None
