@@ -12,7 +12,9 @@ measured in one process, one after the other, on the same code.
 
 import argparse
 import json
+import os
 import platform
+import sys
 import subprocess
 import time
 import warnings
@@ -90,10 +92,12 @@ def main(argv=None) -> None:
         code = subprocess.run(
             ['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
+        cpu = [x for x in Path('/proc/cpuinfo').read_text().splitlines() if 'model name' in x]
         meta = dict(
-            command='python tools/bench_families.py ' + ' '.join(argv or []),
+            command=' '.join(['python tools/bench_families.py', *(argv or sys.argv[1:])]),
             code=code,
-            machine=f'{platform.machine()} {platform.processor() or platform.platform()}',
+            machine=(cpu[0].split(':', 1)[1].strip() if cpu else platform.machine())
+            + f', {os.cpu_count()} cores',
             threads=1,
             measured_on=time.strftime('%Y-%m-%d'),
         )
