@@ -20,7 +20,7 @@ from ..ot.fgw import chain_graph, chain_positions, chain_structure, fgw_objectiv
 from ..ot.fgw_barycenter import sq_dists
 from ..ot.lfgw import chain_tau_bar, lifted_cost
 from ..engine.newton import semidual_newton
-from ..engine.checks import check_scalar
+from ..engine.checks import field_errors
 
 # %% auto #0
 __all__ = ['BENCH_OT_CHOICES', 'BENCH_OT_RANGES', 'BENCH_HARA_RANGES', 'bench_sinkhorn', 'bench_barycenter',
@@ -257,17 +257,7 @@ def bench_config_errors(
     choices: dict,  # {field: the values allowed}
 ) -> list:
     "What is wrong with `cfg`, one message per problem, the field in backticks; None passes."
-    bad = []
-    for name, kw in ranges.items():
-        v = getattr(cfg, name)
-        if isinstance(v, (tuple, list)) and not v:
-            bad.append(f"`{name}` is empty")
-        for x in v if isinstance(v, (tuple, list)) else (v,):
-            try:
-                if x is not None:
-                    check_scalar(f"`{name}`", x, **kw)
-            except (TypeError, ValueError) as e:
-                bad.append(str(e))
+    bad = field_errors(cfg, ranges)  # chapter 38's range check, each entry of a tuple field too
     for name, allowed in choices.items():
         v = getattr(cfg, name)
         for x in v if isinstance(v, (tuple, list)) else (v,):

@@ -136,12 +136,17 @@ def field_errors(
     ranges: dict,  # {attribute: `check_scalar`'s keywords (lo, hi, open_low, open_high, integer)}
 ) -> list:
     """`check_scalar`'s message for each attribute of `obj` outside its range, the attribute in
-    backticks; None passes (it stands for a default chosen later)."""
+    backticks; a tuple or list attribute has each entry checked and must not be empty; None passes
+    (it stands for a default chosen later)."""
     bad = []
     for name, kw in ranges.items():
-        if (v := getattr(obj, name)) is not None:
+        v = getattr(obj, name)
+        if isinstance(v, (tuple, list)) and not v:
+            bad.append(f"`{name}` is empty")
+        for x in v if isinstance(v, (tuple, list)) else (v,):
             try:
-                check_scalar(f"`{name}`", v, **kw)
+                if x is not None:
+                    check_scalar(f"`{name}`", x, **kw)
             except (TypeError, ValueError) as e:
                 bad.append(str(e))
     return bad
