@@ -46,7 +46,7 @@ def planted_groups(seed=0, d=16):
     return h, mask, torch.arange(4).repeat_interleave(3)
 
 
-def planted_record(anderson=0, device='cpu', copies=1):
+def planted_record(anderson=0, device='cpu', copies=1, outer='plain'):
     """`group_barycenters`' record of `planted_groups(1)` (`copies` times over, each copy its own 4
     groups) on `device`, first iterate set, trials adapted from `TRIALS`: what its loop would
     run."""
@@ -57,6 +57,7 @@ def planted_record(anderson=0, device='cpu', copies=1):
     group, Y = bary.check_group_inputs(h, mask, group, None, 0.25, 'newton')
     settings = dict(alpha=0.25, reg=0.05, inner_rtol=1e-3, inner_iter=50, omega=1.9)
     settings.update(check_every=5, newton=True, max_iter=200, trials=bary.TRIALS, adapt=True)
+    settings.update(outer=outer)
     bar = bary.barycenter_problem(h, mask, group, Y, None, 'unit', 32, 1e-4, 1e-7, **settings)
     bary._first_iterate(bar, anderson)
     return bar
@@ -112,9 +113,9 @@ def test_host_reads_do_not_grow_with_the_inner_steps():
     assert i10['sweeps'] - i1['sweeps'] < 10  # the sweeps after the last group stopped
 
 
-@pytest.mark.parametrize('anderson', [0, 3])
-def test_a_sweep_reads_nothing(anderson):
-    bar = planted_record(anderson)
+@pytest.mark.parametrize('anderson, outer', [(0, 'plain'), (3, 'plain'), (0, 'lbfgs')])
+def test_a_sweep_reads_nothing(anderson, outer):
+    bar = planted_record(anderson, outer=outer)
     with HostReads() as r:
         for _ in range(20):
             bary._sweep(bar)
@@ -153,6 +154,18 @@ def test_trials_per_sweep_change_no_number():
     assert sweeps[None] < out[None][1]['trials'] != 2 * sweeps[None]  # they changed
     # Sinkhorn's plans take no trials
     assert group_barycenters(h, mask, group, warn=False, solver='sinkhorn')[1]['trials'] == 0
+
+
+def test_trials_per_sweep_change_no_number_of_the_quasi_newton_step():
+    h, mask, group = planted_groups(2)
+    out = {
+        tr: group_barycenters(h, mask, group, warn=False, trials=tr, outer='lbfgs', tol=1e-8)
+        for tr in (1, 3, None)
+    }
+    for tr in (3, None):
+        torch.testing.assert_close(out[tr][0], out[1][0], atol=1e-12, rtol=0)
+        assert torch.equal(out[tr][1]['n_iter_group'], out[1][1]['n_iter_group'])
+        assert torch.equal(out[tr][1]['objective'], out[1][1]['objective'])
 
 
 @pytest.mark.parametrize('waits, trials', [([0, 3], 1), ([7, 3], 3), ([0, 0], 2)])

@@ -7,7 +7,7 @@ from __future__ import annotations
 import collections
 import math
 import torch
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from torch.utils._python_dispatch import TorchDispatchMode
 from ..ot.fgw import chain_positions
 from .ot_checks import feature_norms
@@ -15,8 +15,10 @@ from .ot_checks import feature_norms
 from ..ot.lfgw import chain_tau_bar, linear_cost
 
 # %% auto #0
-__all__ = ['feature_scales', 'group_weights', 'rollout_costs', 'feature_step', 'anderson_step', 'anderson_history',
-           'anderson_next', 'fixed_point_error', 'BarycenterState', 'SolvedPlans', 'barycenter_problem', 'HostReads']
+__all__ = ['LBFGS', 'feature_scales', 'group_weights', 'rollout_costs', 'feature_sums', 'feature_step', 'anderson_step',
+           'anderson_history', 'anderson_next', 'fixed_point_error', 'semidual_values', 'lbfgs_history',
+           'lbfgs_direction', 'lbfgs_next', 'BarycenterState', 'SolvedPlans', 'barycenter_problem',
+           'compact_working_set', 'expand_working_set', 'HostReads']
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #bcdb1cb1
 def feature_scales(
@@ -96,18 +98,24 @@ def rollout_costs(
     return M.masked_fill_(~mask.unsqueeze(-1), 0.0)  # (N, T, L_b) padding rows: whatever h holds
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #b2179cdf
-def feature_step(plans, h, s, lam, gid, n_groups):
-    """Feature step of every group: $Z_g = \\operatorname{diag}(1/b'_g)\\sum_{i\\in g}\\lambda_i
-    (σ_i\\odot T_i)^\\top h_i$, one batched product; plans (N, T, L_b) -> (Y, L_b, d), 0 for a
-    group without rollouts."""
+def feature_sums(plans, h, s, lam, gid, n_groups):
+    """The feature step's two sums: $\\sum_i λ_i (σ_i\\odot T_i)^\\top h_i$ (Y, L_b, d) and the
+    mass $b'$ (Y, L_b) the plans carry, from plans (N, T, L_b)."""
     P = plans * (lam.unsqueeze(-1) * s).unsqueeze(-1)  # (N, T, L_b) lam_i s_t T_i[t, j]
     Y = max(n_groups, 1)  # rollouts in no group have lam = 0: they add 0 to group 0
-    # (Y, L_b, d) sum over each group's (L_b, d) products
     TH = h.new_zeros(Y, plans.shape[-1], h.shape[-1]).index_add_(
         0, gid, torch.bmm(P.transpose(-1, -2), h)
     )
     mass = h.new_zeros(Y, plans.shape[-1]).index_add_(0, gid, lam.unsqueeze(-1) * plans.sum(-2))
-    return (TH / mass.clamp_min(torch.finfo(h.dtype).tiny).unsqueeze(-1))[:n_groups]
+    return (TH, mass) if n_groups == Y else (TH[:n_groups], mass[:n_groups])
+
+
+def feature_step(plans, h, s, lam, gid, n_groups):
+    """Feature step of every group: $Z_g = \\operatorname{diag}(1/b'_g)\\sum_{i\\in g}\\lambda_i
+    (σ_i\\odot T_i)^\\top h_i$, one batched product; plans (N, T, L_b) -> (Y, L_b, d), 0 for a
+    group without rollouts (`feature_sums`' two sums, divided)."""
+    TH, mass = feature_sums(plans, h, s, lam, gid, n_groups)  # (Y, L_b, d), (Y, L_b)
+    return TH / mass.clamp_min(torch.finfo(h.dtype).tiny).unsqueeze(-1)
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #2e5791ef
 def anderson_step(
@@ -188,6 +196,122 @@ def fixed_point_error(
         rho < 1, change * (rho / (1 - rho)).clamp(min=1), torch.full_like(change, math.inf)
     )
 
+# %% ../../nbs/6_engine/33_bary_steps.ipynb #lbfgs002
+# the quasi-Newton outer solver's settings (`group_barycenters(outer='lbfgs')`)
+LBFGS = dict(memory=10, switch=1e-2, plain_steps=50, c1=1e-4, shrink=0.3, tries=6, cap=0.25)
+
+
+def semidual_values(
+    M: torch.Tensor,  # (N, T, L_b) costs
+    log_v: torch.Tensor,  # (N, L_b) column potentials $\ell$ (in units of ε)
+    a: torch.Tensor,  # (N, T) token weights (0 on padding)
+    b: torch.Tensor,  # (L_b,) node weights
+    reg: float,  # ε
+) -> torch.Tensor:  # (N,) $J_i(\ell_i)$, float64
+    "Semi-dual $J_i(\\ell) = \\sum_j b_j\\ell_j - \\sum_t a_t\\log\\sum_j e^{\\ell_j - M_{tj}/ε}$."
+    lse = torch.logsumexp(log_v.double().unsqueeze(-2) - M.double() / reg, -1)  # (N, T)
+    return (b.double() * log_v.double()).sum(-1) - (a.double() * lse).sum(-1)
+
+# %% ../../nbs/6_engine/33_bary_steps.ipynb #lbfgs003
+def lbfgs_history(Y: int, n_mem: int, Z: torch.Tensor) -> dict:
+    """Empty quasi-Newton state of Y groups with iterates like Z (Y, L_b, d), flat (n = L_b d):
+    memory S, Yv (Y, n_mem, n), newest last, and its valid count (Y,); the accepted point
+    (Z, G = ∇F, Phi = Φ(Z), all (Y, n), and F (Y,)); the direction p (Y, n), step t, slope
+    ∇F·p, refused trials, and flags (Y,): plain phase over (`qn`), next point a plain fallback
+    (`mm`); plain steps and fallbacks taken (Y,)."""
+    n, dev = Z[0].numel(), Z.device
+    zeros = lambda: Z.new_zeros(Y, n)
+    count = lambda: torch.zeros(Y, dtype=torch.long, device=dev)
+    flag = lambda: torch.zeros(Y, dtype=torch.bool, device=dev)
+    F = Z.new_full((Y,), math.inf, dtype=torch.float64)
+    return dict(S=Z.new_zeros(Y, n_mem, n), Yv=Z.new_zeros(Y, n_mem, n), count=count(),
+                Z=zeros(), G=zeros(), Phi=zeros(), F=F, p=zeros(), t=Z.new_zeros(Y),
+                slope=Z.new_zeros(Y), tries=count(), qn=flag(), mm=flag(), plain=count(),
+                fallbacks=count())  # fmt: skip
+
+
+def lbfgs_direction(
+    G: torch.Tensor,  # (Y, n) gradients
+    S: torch.Tensor,  # (Y, m, n) steps s, newest last
+    Yv: torch.Tensor,  # (Y, m, n) gradient changes y
+    count: torch.Tensor,  # (Y,) long, valid pairs (the newest `count` of the m)
+    D: torch.Tensor,  # (n,) or (Y, n) diagonal preconditioner
+) -> torch.Tensor:  # (Y, n) $-H\nabla F$
+    "L-BFGS two-loop recursion, every group at once; invalid pairs count for nothing."
+    m = S.shape[1]
+    valid = torch.arange(m, device=G.device) >= m - count.unsqueeze(-1)  # (Y, m)
+    sy = (S * Yv).sum(-1)  # (Y, m)
+    rho = torch.where(valid, 1 / torch.where(valid, sy, 1), 0)  # (Y, m)
+    q, al = G.clone(), [None] * m
+    for k in reversed(range(m)):
+        al[k] = rho[:, k] * (S[:, k] * q).sum(-1)  # (Y,)
+        q -= al[k].unsqueeze(-1) * Yv[:, k]
+    y = Yv[:, -1]  # (Y, n) the newest pair
+    gam = torch.where(count > 0, sy[:, -1] / (y * D * y).sum(-1).clamp_min(1e-300), 1)  # (Y,)
+    r = gam.unsqueeze(-1) * D * q  # (Y, n)
+    for k in range(m):
+        r += (al[k] - rho[:, k] * (Yv[:, k] * r).sum(-1)).unsqueeze(-1) * S[:, k]
+    return -r
+
+# %% ../../nbs/6_engine/33_bary_steps.ipynb #lbfgs005
+def lbfgs_next(
+    lb: dict,  # from `lbfgs_history`, updated in place for the ready groups
+    Z: torch.Tensor,  # (Y, L_b, d) the points just evaluated
+    FZ: torch.Tensor,  # (Y, L_b, d) Φ(Z)
+    G: torch.Tensor,  # (Y, L_b, d) ∇F(Z)
+    F: torch.Tensor,  # (Y,) F(Z), float64
+    change: torch.Tensor,  # (Y,) residual max|Φ(Z) - Z|
+    dist_plain: torch.Tensor,  # (Y,) `fixed_point_error` of the plain iteration
+    ready: torch.Tensor,  # (Y,) bool, groups that step now
+    D: torch.Tensor,  # (Y, L_b, d) or broadcastable: the plain step's metric 1/(2(1-α) b)
+    cap: torch.Tensor,  # () largest move of a node in one step
+    slack: float,  # rounding slack of F's test, relative to |F|
+    cfg: dict = LBFGS,  # the settings
+) -> tuple:  # next Z (Y, L_b, d), accepted (Y,) bool, distance estimate (Y,) at accepted points
+    "The quasi-Newton outer step of the ready groups (the others keep their state)."
+    Y, L_b, d = Z.shape
+    x, g, phi = Z.flatten(1), G.flatten(1), FZ.flatten(1)  # (Y, n)
+    trial = lb['qn'] & ~lb['mm']  # (Y,) a quasi-Newton trial, awaiting its test
+    armijo = F <= lb['F'] + cfg['c1'] * lb['t'] * lb['slope'] + slack * lb['F'].abs()
+    acc, rej = ready & (~trial | armijo), ready & trial & ~armijo  # (Y,)
+    # the memory: the new pair of an accepted trial, when it has positive curvature
+    s, y = x - lb['Z'], g - lb['G']  # (Y, n)
+    sy = (s * y).sum(-1)  # (Y,)
+    keep = acc & trial & (sy > 1e-12 * s.norm(dim=-1) * y.norm(dim=-1))
+    k3 = keep[:, None, None]
+    lb['S'] = torch.where(k3, torch.cat([lb['S'][:, 1:], s.unsqueeze(1)], 1), lb['S'])
+    lb['Yv'] = torch.where(k3, torch.cat([lb['Yv'][:, 1:], y.unsqueeze(1)], 1), lb['Yv'])
+    count = (lb['count'] + keep).clamp(max=lb['S'].shape[1])  # (Y,)
+    count = torch.where(acc & lb['mm'], 0, count)  # after a fallback, the memory starts anew
+    a1 = acc.unsqueeze(-1)
+    for u, k in ((x, 'Z'), (g, 'G'), (phi, 'Phi')):
+        lb[k] = torch.where(a1, u, lb[k])
+    lb['F'] = torch.where(acc, F, lb['F'])
+    lb['plain'] = lb['plain'] + (acc & ~lb['qn'])
+    switch = acc & ~lb['qn'] & ((change < cfg['switch']) | (lb['plain'] >= cfg['plain_steps']))
+    lb['qn'] = qn = lb['qn'] | switch  # (Y,)
+    # the direction at the accepted points
+    p = lbfgs_direction(lb['G'], lb['S'], lb['Yv'], count, D.expand(Y, L_b, d).reshape(Y, -1))
+    slope = (lb['G'] * p).sum(-1)  # (Y,)
+    node = p.view(Y, L_b, d).norm(dim=-1).amax(-1)  # (Y,) the largest node move of a full step
+    t0 = (cap / node.clamp_min(1e-300)).clamp(max=1)  # (Y,)
+    # refused trials shrink; after `tries` of them, or without descent, the plain step
+    tries = torch.where(rej, lb['tries'] + 1, torch.where(acc, 0, lb['tries']))
+    new_dir = acc & qn & (slope < 0)
+    fall = (acc & qn & ~(slope < 0)) | (rej & (tries >= cfg['tries']))  # (Y,)
+    lb['tries'] = torch.where(fall, 0, tries)
+    lb['fallbacks'] = lb['fallbacks'] + fall
+    lb['count'] = torch.where(fall, 0, count)
+    lb['p'] = torch.where(new_dir.unsqueeze(-1), p, lb['p'])
+    lb['slope'] = torch.where(new_dir, slope, lb['slope'])
+    lb['t'] = torch.where(new_dir, t0, torch.where(rej, lb['t'] * cfg['shrink'], lb['t']))
+    lb['mm'] = torch.where(ready, fall, lb['mm'])
+    x_qn = lb['Z'] + lb['t'].unsqueeze(-1) * lb['p']  # (Y, n) the next trial
+    x_next = torch.where(fall.unsqueeze(-1), lb['Phi'], x_qn)  # (Y, n)
+    x_next = torch.where((acc & ~qn).unsqueeze(-1), phi, x_next)
+    dist = torch.where(qn, torch.maximum(change, p.abs().amax(-1)), dist_plain)  # (Y,)
+    return x_next.view(Y, L_b, d), acc, dist
+
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #0162e828
 @dataclass
 class BarycenterState:
@@ -208,6 +332,7 @@ class BarycenterState:
     max_iter: int  # most barycenter iterations of a group
     trials: int  # Newton line-search trials per sweep
     adapt: bool  # trials set at each check, from the steps the iterations waited for
+    outer: str  # the outer solver: 'plain' (Z <- Φ(Z)) or 'lbfgs' (`lbfgs_next`)
     # the problem
     h: torch.Tensor  # (N, T, d) hidden states (never copied, unless nan/inf off the mask)
     s: torch.Tensor  # (N, T) feature scales
@@ -234,6 +359,8 @@ class BarycenterState:
     past: torch.Tensor | None = None  # (Y, 3) each group's three residuals before the last
     dist: torch.Tensor | None = None  # (Y,) estimated distance to the fixed point
     hist: dict | None = None  # Anderson history (`anderson_history`), or None
+    lb: dict | None = None  # quasi-Newton state (`lbfgs_history`), or None
+    F: torch.Tensor | None = None  # (Y,) float64 objective at each group's last accepted point
     sweeps: int = 0  # sweeps run
     trials_run: int = 0  # Newton trials each rollout ran, over all sweeps
     checks: int = 0  # host reads of the live groups
@@ -298,6 +425,60 @@ def barycenter_problem(h, mask, group, Y, weights, normalize, L_b, tol, stop_thr
         part=part,
         tau_bar=tau_bar,
     )
+
+# %% ../../nbs/6_engine/33_bary_steps.ipynb #check002
+# the fields with one row per rollout; with the solver state `st`, what a compaction selects
+_ROWS = ('h', 's', 'hh', 'pos', 'mask', 'gid', 'lam', 'a', 'part', 'M')
+
+
+def _tensors(st):
+    "The solver state's fields with one row per rollout, by name."
+    return {
+        f.name: getattr(st, f.name)
+        for f in fields(st)
+        if isinstance(getattr(st, f.name), torch.Tensor)
+    }
+
+
+def _write_back(bar):
+    "Write the working rollouts' state (M and the solver state) into the fields of all N."
+    bar.full['M'][bar.rows] = bar.M
+    for k, x in _tensors(bar.st).items():
+        getattr(bar.full['st'], k)[bar.rows] = x
+
+
+def compact_working_set(bar, keep):
+    """Shrink the working set to the rollouts `keep` (a list of working indices): their rows of
+    every field (a copy of their hidden states), the others' state written back first."""
+    if bar.full is None:  # the fields of all N rollouts, kept
+        bar.full = {k: getattr(bar, k) for k in _ROWS}
+        bar.full['st'] = _copy_state(bar.st)
+        bar.rows = torch.arange(len(bar.groups), device=bar.h.device)
+    else:
+        _write_back(bar)
+    idx = torch.tensor(keep, dtype=torch.long, device=bar.h.device)  # (W',) from the host
+    bar.rows = bar.rows[idx]
+    for k in _ROWS:
+        x = getattr(bar, k)
+        setattr(bar, k, None if x is None else x[idx])
+    for k, x in _tensors(bar.st).items():
+        setattr(bar.st, k, x[idx])
+    bar.groups = [bar.groups[k] for k in keep]
+
+
+def _copy_state(st):
+    "A shallow copy of the solver state (its tensors shared)."
+    return type(st)(**{f.name: getattr(st, f.name) for f in fields(st)})
+
+
+def expand_working_set(bar):
+    "Back to all N rollouts after the iteration: the working set written back."
+    if bar.full is None:
+        return
+    _write_back(bar)
+    for k in _ROWS:
+        setattr(bar, k, bar.full[k])
+    bar.st, bar.full, bar.rows = bar.full['st'], None, None
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #e48b6941
 # operations that read a value back to the host, or need one to size their output

@@ -6,7 +6,6 @@
 from __future__ import annotations
 import math
 import warnings
-from dataclasses import fields
 import torch
 from .sinkhorn import sinkhorn_log
 from ..ot.entropic import ConvergenceWarning, stop_floor
@@ -20,12 +19,19 @@ from hara_ref.engine.bary_steps import (
     feature_scales,
     rollout_costs,
     feature_step,
+    feature_sums,
+    semidual_values,
+    lbfgs_history,
+    lbfgs_next,
+    LBFGS,
     anderson_history,
     anderson_next,
     fixed_point_error,
     HostReads,
     SolvedPlans,
     barycenter_problem,
+    compact_working_set,
+    expand_working_set,
 )
 
 # chapter 08_linearization's pieces, re-exported: `from hara_ref.engine.barycenters import ...`
@@ -72,6 +78,10 @@ def _first_iterate(bar, anderson):
     # each group's last three residuals, estimated error
     bar.past, bar.dist = h.new_full((Y, 3), math.inf), h.new_full((Y,), math.inf)
     bar.hist = anderson_history(Y, anderson, L_b * d, h) if anderson else None
+    bar.lb = lbfgs_history(Y, LBFGS['memory'], bar.Z) if bar.outer == 'lbfgs' else None
+    if bar.lb is not None:  # () the largest move of a node in one step
+        bar.lb['cap'] = LBFGS['cap'] * bar.hh.amax().sqrt()
+    bar.F = h.new_full((Y,), math.nan, dtype=torch.float64)  # (Y,)
     bar.groups = torch.where(bar.part, bar.gid, -1).tolist()  # one read, for the compactions
     _restart_plans(bar, bar.part)  # the first plan problems, cold
 
@@ -169,17 +179,26 @@ def _plans_now(bar):
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #7c2f05c0
 def _fixed_point_step(bar):
-    """One fixed-point step of the groups whose every plan is solved (`ready`, (Y,) bool): Φ(Z), the
-    residual and estimated distance to the fixed point, the next Z; a group stops at `tol`, the
-    rounding floor or `max_iter`. Masked: every group is computed, only the ready ones move."""
+    """One outer step of the groups whose every plan is solved (`ready`, (Y,) bool): Φ(Z), the
+    residual and estimated distance to the fixed point, the next Z (Φ(Z), Anderson's or the
+    quasi-Newton step); a group stops at `tol`, the rounding floor or `max_iter`. Masked: every
+    group is computed, only the ready ones move."""
     open_ = _per_group(bar, (~bar.st.done).long())  # (Y,) rollouts still solving
     ready = bar.live & (open_ == 0)  # (Y,)
-    Z_new = feature_step(_plans_now(bar), bar.h, bar.s, bar.lam, bar.gid, bar.Y)  # (Y, L_b, d)
+    TH, mass = feature_sums(_plans_now(bar), bar.h, bar.s, bar.lam, bar.gid, bar.Y)
+    Z_new = TH / mass.clamp_min(torch.finfo(TH.dtype).tiny).unsqueeze(-1)  # (Y, L_b, d) Φ(Z)
     change = (Z_new - bar.Z).abs().amax((-2, -1))  # (Y,) residual |Φ(Z) - Z|
     dist = fixed_point_error(change, bar.past)  # (Y,)
+    acc = ready  # (Y,) steps that count as accepted (a quasi-Newton trial may be refused)
+    if bar.lb is not None:
+        Z_new, acc, dist = _quasi_newton_step(bar, Z_new, mass, change, dist, ready)
     done = (dist < bar.tol) | (change < bar.noise)  # (Y,)
+    if bar.lb is not None:  # only at an accepted point
+        done = acc & done
     if bar.hist is not None:
         Z_new = anderson_next(bar.hist, bar.Z, Z_new, change, done, ready)
+    if bar.lb is not None:  # a group stops at its accepted point
+        Z_new = torch.where(done[:, None, None], bar.Z, Z_new)
     r1, r3 = ready.unsqueeze(-1), ready[:, None, None]
     # (max_iter,) each group's residual at the index of its iteration
     k = bar.n_it.clamp(max=len(bar.errs) - 1)
@@ -188,11 +207,37 @@ def _fixed_point_step(bar):
     waited = torch.where(ready, _per_group(bar, bar.st.n_item, 'amax'), 0)
     bar.n_sk, bar.waits = bar.n_sk + waited, bar.waits + torch.stack([waited.sum(), ready.sum()])
     bar.past = torch.where(r1, torch.cat([bar.past[:, 1:], change[:, None]], 1), bar.past)
-    bar.dist, bar.last = torch.where(ready, dist, bar.dist), torch.where(ready, change, bar.last)
+    bar.dist, bar.last = torch.where(acc, dist, bar.dist), torch.where(ready, change, bar.last)
     bar.Z, bar.n_it = torch.where(r3, Z_new, bar.Z), bar.n_it + ready
+    if bar.lb is not None:  # at the cap: back to the last accepted point
+        capped = ready & ~done & (bar.n_it >= bar.max_iter)  # (Y,)
+        bar.Z = torch.where(capped[:, None, None], bar.lb['Z'].view_as(bar.Z), bar.Z)
     # converged groups (or at rounding level, or at max_iter) are frozen: Z, plans, potentials
     bar.live = bar.live & ~(ready & (done | (bar.n_it >= bar.max_iter)))
     return ready
+
+
+def _objective(bar):
+    """(Y,) float64 each group's objective $F = \\sum_i λ_i \\mathrm{OT}_ε(a_i, b; M_i)$ at its
+    current plan problems, from their semi-dual values (`semidual_values`)."""
+    # (N,) Newton's state holds J at its point; Sinkhorn's potentials need one pass
+    J = bar.st.J if bar.newton else semidual_values(bar.M, bar.st.log_v, bar.a, bar.b, bar.reg)
+    blogb = (bar.b.double() * bar.b.double().log()).sum()
+    return bar.reg * (_per_group(bar, bar.lam.double() * J) - blogb)
+
+
+def _quasi_newton_step(bar, FZ, mass, change, dist, ready):
+    """`lbfgs_next` of the ready groups at Z = `bar.Z`, with Φ(Z) = FZ (Y, L_b, d), the mass
+    (Y, L_b) of its plans, the residual and the plain estimate `dist` (Y,)."""
+    G = 2 * (1 - bar.alpha) * mass.unsqueeze(-1) * (bar.Z - FZ)  # (Y, L_b, d) ∇F, the envelope
+    D = (1 / (2 * (1 - bar.alpha) * bar.b)).unsqueeze(-1)  # (L_b, 1) the plain step's metric
+    slack = 64 * torch.finfo(bar.h.dtype).eps
+    F = _objective(bar)  # (Y,)
+    Z_next, acc, dist = lbfgs_next(
+        bar.lb, bar.Z, FZ, G, F, change, dist, ready, D, bar.lb['cap'], slack
+    )
+    bar.F = torch.where(acc, F, bar.F)
+    return Z_next, acc, dist
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #sweep001
 def _sweep(bar):
@@ -220,7 +265,7 @@ def _check(bar):
     bar.waits = torch.zeros_like(bar.waits)
     keep = [k for k, g in enumerate(bar.groups) if g >= 0 and live[g]]  # working rollouts to keep
     if 2 * len(keep) <= len(bar.groups):
-        _compact(bar, keep)
+        compact_working_set(bar, keep)
     return True
 
 
@@ -230,60 +275,6 @@ def _most_checks(bar):
     stops."""
     per_iter = 9 * bar.inner_iter + 2 if bar.newton else 1
     return bar.max_iter * per_iter // bar.check_every + 2
-
-# %% ../../nbs/6_engine/34_barycenters.ipynb #check002
-# the fields with one row per rollout; with the solver state `st`, what a compaction selects
-_ROWS = ('h', 's', 'hh', 'pos', 'mask', 'gid', 'lam', 'a', 'part', 'M')
-
-
-def _tensors(st):
-    "The solver state's fields with one row per rollout, by name."
-    return {
-        f.name: getattr(st, f.name)
-        for f in fields(st)
-        if isinstance(getattr(st, f.name), torch.Tensor)
-    }
-
-
-def _write_back(bar):
-    "Write the working rollouts' state (M and the solver state) into the fields of all N."
-    bar.full['M'][bar.rows] = bar.M
-    for k, x in _tensors(bar.st).items():
-        getattr(bar.full['st'], k)[bar.rows] = x
-
-
-def _compact(bar, keep):
-    """Shrink the working set to the rollouts `keep` (a list of working indices): their rows of
-    every field (a copy of their hidden states), the others' state written back first."""
-    if bar.full is None:  # the fields of all N rollouts, kept
-        bar.full = {k: getattr(bar, k) for k in _ROWS}
-        bar.full['st'] = _copy_state(bar.st)
-        bar.rows = torch.arange(len(bar.groups), device=bar.h.device)
-    else:
-        _write_back(bar)
-    idx = torch.tensor(keep, dtype=torch.long, device=bar.h.device)  # (W',) from the host
-    bar.rows = bar.rows[idx]
-    for k in _ROWS:
-        x = getattr(bar, k)
-        setattr(bar, k, None if x is None else x[idx])
-    for k, x in _tensors(bar.st).items():
-        setattr(bar.st, k, x[idx])
-    bar.groups = [bar.groups[k] for k in keep]
-
-
-def _copy_state(st):
-    "A shallow copy of the solver state (its tensors shared)."
-    return type(st)(**{f.name: getattr(st, f.name) for f in fields(st)})
-
-
-def _expand(bar):
-    "Back to all N rollouts after the iteration: the working set written back."
-    if bar.full is None:
-        return
-    _write_back(bar)
-    for k in _ROWS:
-        setattr(bar, k, bar.full[k])
-    bar.st, bar.full, bar.rows = bar.full['st'], None, None
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #6b930df7
 def _final_plans(bar, final_plans_kw):
@@ -361,6 +352,13 @@ def _info(bar, conv):
         sweeps=bar.sweeps,  # sweeps over every rollout and group
         trials=bar.trials_run,  # Newton trials each rollout ran (0 for Sinkhorn)
         host_checks=bar.checks,  # reads of the live groups (one every `check_every` sweeps)
+        outer=bar.outer,  # the outer solver
+        # (Y,) float64 each group's objective F at its returned point (the last evaluated one for
+        # 'plain'), and its residual max|Φ(Z) - Z| there: the stationarity certificate
+        objective=bar.F.cpu(),
+        residual=bar.last.cpu(),
+        # (Y,) quasi-Newton steps that fell back to the plain step (None for 'plain')
+        fallbacks=bar.lb['fallbacks'].cpu() if bar.lb is not None else None,
     )
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #dc26051a
@@ -397,6 +395,7 @@ BARY_RANGES = dict(
     omega='omega',
     warn=bool,
     solver=('newton', 'sinkhorn'),
+    outer=('plain', 'lbfgs'),
 )
 BARY_OPTIONAL = ('inner_rtol', 'inner_iter', 'trials')  # None: a default chosen from the solver
 
@@ -472,6 +471,10 @@ def group_barycenters(
     # check as many as an iteration waited for on average since the last one. No number depends
     # on them, only the time
     trials: int | None = None,
+    # the outer solver: 'plain', the fixed point Z <- Φ(Z) of chapter 08 (the reference), or
+    # 'lbfgs', quasi-Newton on the objective (`lbfgs_next`, chapter 33); α = 1 always runs 'plain'
+    # (Z does not enter the objective)
+    outer: str = 'plain',
     # Z (Y, L_b, d) and info dict (plans (N, T, L_b), token_cost (N, T), node_cost (N, L_b), ...)
 ) -> tuple:
     """Linearized FGW barycenter of every group of rollouts, all groups at once: batched products,
@@ -487,13 +490,16 @@ def group_barycenters(
         check_iterations(trials, 1, 1.0, 'trials')
     s = check_bary_settings(
         L_b=L_b, reg=reg, tol=tol, stop_thr=stop_thr, inner_rtol=inner_rtol,
-        inner_iter=inner_iter, anderson=anderson, warn=warn,
+        inner_iter=inner_iter, anderson=anderson, warn=warn, outer=outer,
     )  # fmt: skip
+    if s['outer'] == 'lbfgs' and s['anderson']:
+        raise ValueError(f"anderson={anderson} is an option of outer='plain', not of 'lbfgs'")
     L_b, reg, tol, stop_thr = s['L_b'], s['reg'], s['tol'], s['stop_thr']
     inner_rtol, inner_iter, anderson = s['inner_rtol'], s['inner_iter'], s['anderson']
     settings = dict(alpha=alpha, reg=reg, inner_rtol=inner_rtol, inner_iter=inner_iter)
     settings.update(omega=omega, check_every=check_every, newton=newton, max_iter=max_iter)
     settings.update(trials=TRIALS if trials is None else trials, adapt=trials is None)
+    settings.update(outer='plain' if alpha >= 1 else s['outer'])
     with torch.inference_mode():  # no autograd bookkeeping on the many small operations
         bar = barycenter_problem(
             h, mask, group, Y, weights, normalize, L_b, tol, stop_thr, **settings
@@ -504,7 +510,9 @@ def group_barycenters(
                 break
             for _ in range(check_every):
                 _sweep(bar)
-        _expand(bar)
+        expand_working_set(bar)
+        if bar.lb is None:  # the objective at the last plans
+            bar.F = _objective(bar)
         has_final = final_plans_kw is not None and bool(bar.part.any())
         final = _final_plans(bar, final_plans_kw) if has_final else None
         if final is None:  # the plans of the last iteration
@@ -547,6 +555,7 @@ def linearized_barycenter(
     anderson: int = 0,
     # 'newton' (`semidual_newton`) or 'sinkhorn' (`sinkhorn_log`)
     solver: str = 'newton',
+    outer: str = 'plain',  # 'plain' (Z <- Φ(Z)) or 'lbfgs' (`group_barycenters`)
 ) -> tuple:  # Z (..., L_b, d) and info dict
     """Linearized FGW barycenter (Lemma 3.1): free-support $W_2$ barycenter of lifted rollouts,
     $\\bar\\tau$ fixed on the chain; leading dims = groups."""
@@ -575,6 +584,7 @@ def linearized_barycenter(
         warn,
         anderson,
         solver,
+        outer=outer,
     )
     for k, shape in (
         ('plans', (K, T, L_b)),

@@ -67,8 +67,11 @@ class Novelty:
     metric: str = 'fgw'
     notes: list = field(default_factory=list)
     bary_iters_group: torch.Tensor | None = None  # (Y',) iterations of each computed group
-    # (Y',) each barycenter's estimated distance to its fixed point when it stopped (None: exact)
+    # (Y',) each barycenter's estimated distance to its fixed point when it stopped (None: exact);
+    # its objective F and residual max|Φ(Z) - Z| there, the certificate (None: exact)
     bary_error: torch.Tensor | None = None
+    bary_objective: torch.Tensor | None = None
+    bary_residual: torch.Tensor | None = None
     # (B, T) token excess over the group e_{i,t} (`version_excess`; 0 if not computed)
     excess: torch.Tensor | None = None
     excess_seq: torch.Tensor | None = None  # (B,) sequence excess Σ_j m_{i,j} ν_{i,j}
@@ -103,7 +106,7 @@ def _computed_rollouts(
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #7d83f968
 # HARA's `group_barycenters` settings (ours); caps go to notes
-BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=False)
+BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=False, outer='lbfgs')
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #d2cfc5d3
 # the final plans' solver settings (ours; a cap, never reached by Newton)
@@ -412,13 +415,10 @@ def _barycenters(
     sk = {'barycenter': info['inner_iters']}
     if fs is not None:
         sk['final'] = info['final_plans_iters']
-    solver = dict(
-        tau_bar=info['tau_bar'].to(hidden.dtype),
-        bary_iters=info['n_iter'],
-        inner_iters=sk,
-        bary_iters_group=info['n_iter_group'],
-        bary_error=info.get('fixed_point_error'),
-    )
+    solver = dict(tau_bar=info['tau_bar'].to(hidden.dtype), bary_iters=info['n_iter'],
+                  inner_iters=sk, bary_iters_group=info['n_iter_group'],
+                  bary_error=info.get('fixed_point_error'), bary_objective=info.get('objective'),
+                  bary_residual=info.get('residual'))  # fmt: skip
     return Z, info, solver, _cap_notes(info, bk, fs, barycenter)
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #stg04cd1
