@@ -309,7 +309,7 @@ def lbfgs_next(
     x_qn = lb['Z'] + lb['t'].unsqueeze(-1) * lb['p']  # (Y, n) the next trial
     x_next = torch.where(fall.unsqueeze(-1), lb['Phi'], x_qn)  # (Y, n)
     x_next = torch.where((acc & ~qn).unsqueeze(-1), phi, x_next)
-    dist = torch.where(qn, torch.maximum(change, p.abs().amax(-1)), dist_plain)  # (Y,)
+    dist = torch.where(qn, torch.maximum(change, node), dist_plain)  # (Y,)
     return x_next.view(Y, L_b, d), acc, dist
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #0162e828

@@ -187,7 +187,10 @@ def _fixed_point_step(bar):
     ready = bar.live & (open_ == 0)  # (Y,)
     TH, mass = feature_sums(_plans_now(bar), bar.h, bar.s, bar.lam, bar.gid, bar.Y)
     Z_new = TH / mass.clamp_min(torch.finfo(TH.dtype).tiny).unsqueeze(-1)  # (Y, L_b, d) Φ(Z)
-    change = (Z_new - bar.Z).abs().amax((-2, -1))  # (Y,) residual |Φ(Z) - Z|
+    # (Y,) residual max|Φ(Z) - Z|: of the entries, or for the quasi-Newton step of the nodes, the
+    # largest distance a node moves (unchanged by a rotation of the hidden space, like its steps)
+    dZ = Z_new - bar.Z  # (Y, L_b, d)
+    change = dZ.abs().amax((-2, -1)) if bar.lb is None else dZ.norm(dim=-1).amax(-1)
     dist = fixed_point_error(change, bar.past)  # (Y,)
     acc = ready  # (Y,) steps that count as accepted (a quasi-Newton trial may be refused)
     if bar.lb is not None:
@@ -218,8 +221,7 @@ def _fixed_point_step(bar):
 
 
 def _objective(bar):
-    """(Y,) float64 each group's objective $F = \\sum_i λ_i \\mathrm{OT}_ε(a_i, b; M_i)$ at its
-    current plan problems, from their semi-dual values (`semidual_values`)."""
+    "(Y,) float64 objective $F = \\sum_i λ_i \\mathrm{OT}_ε(a_i, b; M_i)$ from the semi-duals."
     # (N,) Newton's state holds J at its point; Sinkhorn's potentials need one pass
     J = bar.st.J if bar.newton else semidual_values(bar.M, bar.st.log_v, bar.a, bar.b, bar.reg)
     blogb = (bar.b.double() * bar.b.double().log()).sum()
@@ -227,15 +229,13 @@ def _objective(bar):
 
 
 def _quasi_newton_step(bar, FZ, mass, change, dist, ready):
-    """`lbfgs_next` of the ready groups at Z = `bar.Z`, with Φ(Z) = FZ (Y, L_b, d), the mass
-    (Y, L_b) of its plans, the residual and the plain estimate `dist` (Y,)."""
-    G = 2 * (1 - bar.alpha) * mass.unsqueeze(-1) * (bar.Z - FZ)  # (Y, L_b, d) ∇F, the envelope
-    D = (1 / (2 * (1 - bar.alpha) * bar.b)).unsqueeze(-1)  # (L_b, 1) the plain step's metric
-    slack = 64 * torch.finfo(bar.h.dtype).eps
-    F = _objective(bar)  # (Y,)
-    Z_next, acc, dist = lbfgs_next(
-        bar.lb, bar.Z, FZ, G, F, change, dist, ready, D, bar.lb['cap'], slack
-    )
+    "`lbfgs_next` at `bar.Z`: Φ(Z) = FZ (Y, L_b, d), its plans' mass (Y, L_b), change, dist (Y,)."
+    c = 2 * (1 - float(bar.alpha))  # a Python float, whatever number type alpha came as
+    G = c * mass.unsqueeze(-1) * (bar.Z - FZ)  # (Y, L_b, d) ∇F, the envelope theorem's
+    D = (1 / (c * bar.b)).unsqueeze(-1)  # (L_b, 1) the plain step's metric
+    F, slack = _objective(bar), 64 * torch.finfo(bar.h.dtype).eps  # (Y,), F's rounding
+    lb = bar.lb
+    Z_next, acc, dist = lbfgs_next(lb, bar.Z, FZ, G, F, change, dist, ready, D, lb['cap'], slack)
     bar.F = torch.where(acc, F, bar.F)
     return Z_next, acc, dist
 
@@ -354,7 +354,8 @@ def _info(bar, conv):
         host_checks=bar.checks,  # reads of the live groups (one every `check_every` sweeps)
         outer=bar.outer,  # the outer solver
         # (Y,) float64 each group's objective F at its returned point (the last evaluated one for
-        # 'plain'), and its residual max|Φ(Z) - Z| there: the stationarity certificate
+        # 'plain'), and its residual there, the stationarity certificate: max|Φ(Z) - Z| over the
+        # entries ('plain') or the largest distance ‖Φ(Z)_j - z_j‖ a node moves ('lbfgs')
         objective=bar.F.cpu(),
         residual=bar.last.cpu(),
         # (Y,) quasi-Newton steps that fell back to the plain step (None for 'plain')
