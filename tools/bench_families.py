@@ -1,13 +1,20 @@
-"""HARA's cost and precision on each family of hidden states, measured side by side in one run.
+"""HARA's cost and precision on each family of hidden states, the plain outer step against the
+quasi-Newton one, measured side by side in one run.
 
-    python tools/bench_families.py [--shapes 16x128x256 ...] [--ranks 8 16] [--out FILE.json]
+    python tools/bench_families.py [--shapes 16x256x512 ...] [--ranks 4 8 16 64] [--out FILE.json]
 
 For each family (chapter 01's `hidden_family`: planted stages, isotropic, low rank + 5 % noise) and
-each shape B x T x d (one prompt of B rollouts, half correct), one `hara_advantages` call at its
-defaults on one thread: its time, the barycenter iterations of each outcome group, whether a group
-met the cap, and how far its weights are from a 100x tighter solve (barycenter and plan tolerances
-both 100x smaller, caps raised), the solve that certifies the default's answer. All rows are
-measured in one process, one after the other, on the same code.
+each shape B x T x d (one prompt of B rollouts, half correct), and for the real hidden states of the
+tiny Qwen3 that `make train` trained (`nbs/results/qwen_states.pt`, `tools/qwen_states.py`: 8
+held-out prompts x 16 rollouts, their own rewards), and for each outer solver of the
+barycenter (`bary_kw=dict(outer=...)`: 'plain', the fixed point Z <- Φ(Z); 'lbfgs', the default),
+one `hara_advantages` call at its defaults on one thread: its time, the barycenter iterations (plan
+solves) of each outcome group, whether a group met the cap, each group's objective F and residual
+max|Φ(Z) - Z|, and how far its weights are from a 100x tighter solve by the same solver (barycenter
+tolerance 100x smaller, final plans 100x tighter, cap raised), which continues the same iteration
+from where the default stopped: the solve that certifies the default's answer. The two solvers
+may stop at different stationary points of the objective: each row also gives their weights'
+distance and the objective's relative difference per group. The calls alternate in one process.
 """
 
 import argparse
@@ -27,6 +34,7 @@ from hara_ref.engine.novelty import BARY_DEFAULTS, PLAN_DEFAULTS
 from hara_ref.rlvr.data import hidden_family
 
 ROOT = Path(__file__).resolve().parent.parent
+QWEN = ROOT / 'nbs' / 'results' / 'qwen_states.pt'  # the tiny Qwen3's states, 8 prompts x 16
 
 
 def batch(family: str, B: int, T: int, d: int, rank: int, seed: int = 0) -> tuple:
@@ -41,53 +49,94 @@ def weights(rw) -> torch.Tensor:
     return rw.weights.double()  # (B, T)
 
 
-def row(family: str, B: int, T: int, d: int, rank: int) -> dict:
-    h, m, r, g = batch(family, B, T, d, rank)
+def call(h, m, r, g, outer: str, tight: bool = False) -> tuple:
+    "One `hara_advantages` call: seconds, its result, the warnings it raised."
+    kw = dict(bary_kw=dict(outer=outer))
+    if tight:
+        kw['bary_kw'].update(
+            tol=BARY_DEFAULTS['tol'] / 100, max_iter=20 * BARY_DEFAULTS['max_iter']
+        )
+        kw['plan_kw'] = dict(stop_thr=PLAN_DEFAULTS['stop_thr'] / 100)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         t = time.perf_counter()
-        _, rw = hara_ref.hara_advantages(h, m, r, g)
+        _, rw = hara_ref.hara_advantages(h, m, r, g, **kw)
         secs = time.perf_counter() - t
-    tight = dict(
-        bary_kw=dict(tol=BARY_DEFAULTS['tol'] / 100, max_iter=20 * BARY_DEFAULTS['max_iter']),
-        plan_kw=dict(stop_thr=PLAN_DEFAULTS['stop_thr'] / 100),
-    )
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        _, rw_t = hara_ref.hara_advantages(h, m, r, g, **tight)
-    iters = [int(x) for x in rw.novelty.bary_iters_group]
-    return dict(
-        family=family if family != 'lowrank' else f'lowrank-{rank}',
-        shape=f'{B}x{T}x{d}',
-        seconds=round(secs, 3),
-        iterations=iters,
-        at_cap=[i >= BARY_DEFAULTS['max_iter'] for i in iters],
-        tight_iterations=[int(x) for x in rw_t.novelty.bary_iters_group],
-        weight_gap=float((weights(rw) - weights(rw_t)).abs().max()),
-        warned=sorted({str(w.message)[:80] for w in caught}),
+    return secs, rw, sorted({str(w.message)[:80] for w in caught})
+
+
+def qwen_batch(path: Path) -> tuple:
+    "The tiny Qwen3's hidden states (`tools/qwen_states.py`): hidden, mask, rewards, prompt ids."
+    x = torch.load(path)
+    return x['hidden'].float(), x['mask'], x['rewards'], x['prompt_ids']
+
+
+def row(family: str, B: int, T: int, d: int, rank: int, tight_plain: bool = True) -> dict:
+    if family == 'qwen-tiny':
+        h, m, r, g = qwen_batch(QWEN)
+        B, T, d = h.shape
+    else:
+        h, m, r, g = batch(family, B, T, d, rank)
+    out = dict(family=family if family != 'lowrank' else f'lowrank-{rank}', shape=f'{B}x{T}x{d}')
+    for outer in ('plain', 'lbfgs'):
+        secs, rw, warned = call(h, m, r, g, outer)
+        nov = rw.novelty
+        iters = [int(x) for x in nov.bary_iters_group]
+        res = dict(
+            seconds=round(secs, 3),
+            iterations=iters,
+            at_cap=[i >= BARY_DEFAULTS['max_iter'] for i in iters],
+            objective=[float(x) for x in nov.bary_objective],
+            residual=[float(x) for x in nov.bary_residual],
+            warned=warned,
+        )
+        if outer == 'lbfgs' or tight_plain:
+            _, rw_t, _ = call(h, m, r, g, outer, tight=True)
+            res.update(
+                tight_iterations=[int(x) for x in rw_t.novelty.bary_iters_group],
+                weight_gap=float((weights(rw) - weights(rw_t)).abs().max()),
+            )
+        out[outer], out[outer + '_weights'] = res, weights(rw)
+    wp, wl = out.pop('plain_weights'), out.pop('lbfgs_weights')
+    out['weights_apart'] = float((wp - wl).abs().max())  # the two stationary points' weights
+    Fp, Fl = out['plain']['objective'], out['lbfgs']['objective']
+    out['objective_change'] = [(b - a) / abs(a) for a, b in zip(Fp, Fl)]  # relative, per group
+    out['solves_ratio'] = sum(out['plain']['iterations']) / sum(out['lbfgs']['iterations'])
+    out['time_ratio'] = out['plain']['seconds'] / out['lbfgs']['seconds']
+    return out
+
+
+def show(r: dict) -> None:
+    p, q = r['plain'], r['lbfgs']
+    gap = lambda x: f"{x['weight_gap']:.1e}" if 'weight_gap' in x else '-'
+    print(
+        f"{r['family']:12s} {r['shape']:>12s} plain {p['seconds']:7.2f} s {p['iterations']} "
+        f"cap {any(p['at_cap'])} gap {gap(p)} | lbfgs {q['seconds']:6.2f} s {q['iterations']} "
+        f"cap {any(q['at_cap'])} gap {gap(q)} | {r['solves_ratio']:.1f}x solves, "
+        f"{r['time_ratio']:.1f}x time, F {max(r['objective_change']):+.2%}, "
+        f"weights apart {r['weights_apart']:.1e}",
+        flush=True,
     )
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    p.add_argument('--shapes', nargs='+', default=['16x128x256'], help='B x T x d of each batch')
-    p.add_argument('--ranks', nargs='+', type=int, default=[8, 16], help="'lowrank' ranks")
+    p.add_argument('--shapes', nargs='+', default=['16x256x512'], help='B x T x d of each batch')
+    p.add_argument('--ranks', nargs='+', type=int, default=[4, 8, 16, 64], help="'lowrank' ranks")
+    p.add_argument('--no-tight-plain', action='store_true', help="no tight solve of 'plain'")
     p.add_argument('--out', type=Path, help='write the rows and how they were measured (JSON)')
     a = p.parse_args(argv)
     torch.set_num_threads(1)
     rows = []
     for shape in a.shapes:
         B, T, d = (int(x) for x in shape.split('x'))
-        cases = [("planted", 16), ("isotropic", 16)] + [("lowrank", k) for k in a.ranks]
+        cases = [('planted', 16), ('isotropic', 16)] + [('lowrank', k) for k in a.ranks]
         for family, rank in cases:
-            rows.append(row(family, B, T, d, rank))
-            r = rows[-1]
-            print(
-                f"{r['family']:12s} {r['shape']:>12s} {r['seconds']:8.2f} s  iterations "
-                f"{r['iterations']} (cap: {any(r['at_cap'])}), 100x tighter solve "
-                f"{r['tight_iterations']}: weights {r['weight_gap']:.1e} apart",
-                flush=True,
-            )
+            rows.append(row(family, B, T, d, rank, not a.no_tight_plain))
+            show(rows[-1])
+    if QWEN.exists():  # the real hidden states of the trained tiny Qwen3, at their own shape
+        rows.append(row('qwen-tiny', 0, 0, 0, 0, not a.no_tight_plain))
+        show(rows[-1])
     if a.out:
         code = subprocess.run(
             ['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True

@@ -233,7 +233,7 @@ def _quasi_newton_step(bar, FZ, mass, change, dist, ready):
     c = 2 * (1 - float(bar.alpha))  # a Python float, whatever number type alpha came as
     G = c * mass.unsqueeze(-1) * (bar.Z - FZ)  # (Y, L_b, d) ∇F, the envelope theorem's
     D = (1 / (c * bar.b)).unsqueeze(-1)  # (L_b, 1) the plain step's metric
-    F, slack = _objective(bar), 64 * torch.finfo(bar.h.dtype).eps  # (Y,), F's rounding
+    F, slack = _objective(bar), 64 * torch.finfo(bar.h.dtype).eps + 1e-12  # F's rounding: M, J
     lb = bar.lb
     Z_next, acc, dist = lbfgs_next(lb, bar.Z, FZ, G, F, change, dist, ready, D, lb['cap'], slack)
     bar.F = torch.where(acc, F, bar.F)
