@@ -216,7 +216,7 @@ def semidual_values(
 def lbfgs_history(Y: int, n_mem: int, Z: torch.Tensor) -> dict:
     """Empty quasi-Newton state of Y groups with iterates like Z (Y, L_b, d), flat (n = L_b d):
     memory S, Yv (Y, n_mem, n), newest last, and its valid count (Y,); the accepted point
-    (Z, G = ∇F, Phi = Φ(Z), all (Y, n), and F (Y,)); the direction p (Y, n), step t, slope
+    (Z, G = ∇F, Phi = Φ(Z), all (Y, n), F and |∇F| r (Y,)); the direction p (Y, n), step t, slope
     ∇F·p, refused trials, and flags (Y,): plain phase over (`qn`), next point a plain fallback
     (`mm`); plain steps and fallbacks taken (Y,)."""
     n, dev = Z[0].numel(), Z.device
@@ -225,7 +225,8 @@ def lbfgs_history(Y: int, n_mem: int, Z: torch.Tensor) -> dict:
     flag = lambda: torch.zeros(Y, dtype=torch.bool, device=dev)
     F = Z.new_full((Y,), math.inf, dtype=torch.float64)
     return dict(S=Z.new_zeros(Y, n_mem, n), Yv=Z.new_zeros(Y, n_mem, n), count=count(),
-                Z=zeros(), G=zeros(), Phi=zeros(), F=F, p=zeros(), t=Z.new_zeros(Y),
+                Z=zeros(), G=zeros(), Phi=zeros(), F=F, r=Z.new_full((Y,), math.inf),
+                p=zeros(), t=Z.new_zeros(Y),
                 slope=Z.new_zeros(Y), tries=count(), qn=flag(), mm=flag(), plain=count(),
                 fallbacks=count())  # fmt: skip
 
@@ -272,7 +273,15 @@ def lbfgs_next(
     Y, L_b, d = Z.shape
     x, g, phi = Z.flatten(1), G.flatten(1), FZ.flatten(1)  # (Y, n)
     trial = lb['qn'] & ~lb['mm']  # (Y,) a quasi-Newton trial, awaiting its test
-    armijo = F <= lb['F'] + cfg['c1'] * lb['t'] * lb['slope'] + slack * lb['F'].abs()
+    gn = g.norm(dim=-1)  # (Y,) |∇F|
+    # Armijo's test where the predicted decrease exceeds F's rounding (`slack`); below it, where
+    # F cannot tell, F may not rise beyond its rounding and the gradient must shrink
+    noise = slack * lb['F'].abs()  # (Y,)
+    armijo = torch.where(
+        -lb['t'] * lb['slope'] > noise,
+        F <= lb['F'] + cfg['c1'] * lb['t'] * lb['slope'],
+        (F <= lb['F'] + noise) & (gn < lb['r']),
+    )
     acc, rej = ready & (~trial | armijo), ready & trial & ~armijo  # (Y,)
     # the memory: the new pair of an accepted trial, when it has positive curvature
     s, y = x - lb['Z'], g - lb['G']  # (Y, n)
@@ -286,7 +295,7 @@ def lbfgs_next(
     a1 = acc.unsqueeze(-1)
     for u, k in ((x, 'Z'), (g, 'G'), (phi, 'Phi')):
         lb[k] = torch.where(a1, u, lb[k])
-    lb['F'] = torch.where(acc, F, lb['F'])
+    lb['F'], lb['r'] = torch.where(acc, F, lb['F']), torch.where(acc, gn, lb['r'])
     lb['plain'] = lb['plain'] + (acc & ~lb['qn'])
     switch = acc & ~lb['qn'] & ((change < cfg['switch']) | (lb['plain'] >= cfg['plain_steps']))
     lb['qn'] = qn = lb['qn'] | switch  # (Y,)

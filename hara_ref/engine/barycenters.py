@@ -96,9 +96,11 @@ def _restart_plans(bar, again):
     """New plan problems for the rollouts `again` (N,) bool: costs (N, T, L_b) against their
     group's Z, tolerances from its last change, warm-started from their last potentials."""
     M = _costs(bar)  # (N, T, L_b)
-    # (N,) per-problem tolerances, floored at what M's dtype resolves (`item_thresholds`)
+    # (N,) per-problem tolerances, floored at `stop_thr` (for 'lbfgs', whose gradient needs them
+    # tighter, at rounding) and at what M's dtype resolves (`item_thresholds`)
     last = bar.last if bar.Y else bar.h.new_ones(1)  # (max(Y, 1),)
-    thr = (bar.inner_rtol * last[bar.gid]).clamp(min=bar.stop_thr)
+    floor = bar.stop_thr if bar.lb is None else 100 * torch.finfo(bar.h.dtype).eps
+    thr = (bar.inner_rtol * last[bar.gid]).clamp(min=floor)
     thr = torch.maximum(thr, stop_floor(M, bar.b, bar.reg)).double()
     again3 = again[:, None, None]  # (N, 1, 1)
     bar.M = M if bar.M is None else torch.where(again3, M, bar.M)  # (N, T, L_b)
@@ -127,8 +129,7 @@ def _restart_plans(bar, again):
         setattr(st, k, torch.where(again.view(-1, *[1] * (x.ndim - 1)), x, getattr(st, k)))
 
 
-# the fields of `_Newton` a new problem sets (a stopped problem's trial is 0 already; the direction
-# and step length are set when its first step starts; a, b, the cap never change)
+# the fields of `_Newton` a new problem sets (the others: fixed, or set by its first step)
 _FRESH = ('logK', 'thr', 'log_v', 'T', 'log_u', 'c', 'J', 'E', 's', 'err', 'done', 'n_item')
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #05475d1c
@@ -270,9 +271,8 @@ def _check(bar):
 
 
 def _most_checks(bar):
-    """A bound on the checks: each of a group's `max_iter` iterations takes at most 9 trials per
-    Newton step, one trial a sweep at least (or one Sinkhorn solve); never reached by a run that
-    stops."""
+    """A bound on the checks: a group's `max_iter` iterations of at most 9 trials per Newton step,
+    one trial a sweep at least (or one Sinkhorn solve); never reached by a run that stops."""
     per_iter = 9 * bar.inner_iter + 2 if bar.newton else 1
     return bar.max_iter * per_iter // bar.check_every + 2
 
