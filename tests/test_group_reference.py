@@ -13,7 +13,7 @@ from scipy.optimize import minimize
 
 from hara_ref.engine.hara_engine import hara_advantages
 from hara_ref.engine.checks import group_geometric_median
-from hara_ref.hara.rollouts import geometric_median
+from hara_ref.hara.rollouts import geometric_median, weiszfeld_median
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 DATA = Path(__file__).parent / 'data'
@@ -116,6 +116,23 @@ def test_geometric_median_minimises_the_sum_of_distances(seed, K, D):
     assert f(m[0].numpy()) <= best.fun * (1 + 1e-12)
     spread = float((y[0] - y[0].mean(0)).norm(dim=-1).mean())
     assert float(np.linalg.norm(m[0].numpy() - best.x)) <= 1e-5 * spread
+
+
+@given(st.integers(0, 2**16), st.integers(3, 7), st.integers(2, 5))
+@SETTINGS
+def test_lessons_weiszfeld_loop_agrees_with_the_solver(seed, K, D):
+    """Chapter 11's plain Weiszfeld loop, run long enough, finds the solver's median on random
+    points (whose median is off the points): the same minimiser to 1e-6 of the spread."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randn(1, K, D, generator=g, dtype=torch.float64)  # (1, K, D)
+    here = torch.ones(1, K, dtype=torch.bool)
+    m, _ = geometric_median(y, here)
+    if (y[0] - m[0]).norm(dim=-1).min() < 1e-3:  # a median on a point: the loop crawls there
+        return
+    plain, info = weiszfeld_median(y, here, max_iter=20000)
+    spread = float((y[0] - y[0].mean(0)).norm(dim=-1).mean())
+    assert info['converged']
+    assert float((plain[0] - m[0]).norm()) <= 1e-6 * spread
 
 
 # ------------------------------------------------- near-copies: converged at the defaults

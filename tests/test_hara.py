@@ -629,6 +629,33 @@ def test_hara_reference_equals_the_oracle(case):
     torch.testing.assert_close(ref, A[:, None] * rec['w'] * m)
 
 
+def novel_correct_and_wrong():
+    "Chapter 13's prompt: rollouts 0-3 correct, 4-7 wrong; rollouts 1 and 5 carry a novel stage."
+    kw = dict(K=8, n_stages=4, d=8, stage_len=(3, 5), noise=0.1, seed=0)
+    p1, p5 = (planted_stage_rollouts(**kw, substitute=(i, 2)) for i in (1, 5))
+    hidden, stages = p1.hidden.clone(), p1.stages.clone()
+    hidden[5], stages[5] = p5.hidden[5], p5.stages[5]
+    return hidden, p1.mask, (torch.arange(8) < 4).double(), stages
+
+
+def test_hara_reference_seq_equals_the_oracle_and_tok_stays_on_the_novel_stages():
+    """HARA-seq of the one-screen reference (x_i = the mean of x over the rollout) is the oracle's
+    granularity='seq' to 1e-8; HARA-tok clips exactly the novel stages (up for the correct rollout,
+    down for the wrong one) and leaves every other token within 0.2 of 1."""
+    from hara_ref.hara.weights import hara_reference
+
+    h, m, r, stages = novel_correct_and_wrong()
+    gid = torch.zeros(8, dtype=torch.long)
+    seq, rec_seq = hara_reference(h, m, r, granularity='seq', L_b=8)
+    fast = hara_advantages(h, m, r, gid, granularity='seq', L_b=8, **TIGHT)[0]
+    assert float((seq - fast).abs().max()) < 1e-8
+    assert (rec_seq['w'][m] == rec_seq['w'][:, :1].expand_as(m)[m]).all()  # one weight per rollout
+    _, rec = hara_reference(h, m, r)
+    novel = stages == 4  # (8, T)
+    assert (rec['w'][1][novel[1]] == 2).all() and (rec['w'][5][novel[5]] == 0.5).all()
+    assert float((rec['w'] - 1).abs()[m & ~novel].max()) < 0.2
+
+
 def test_hara_reference_lifts_the_novel_stage_and_a_group_of_two_evenly():
     """Four rollouts per outcome group: the novel stage of rollout 1 gets the clip, the rest stays
     near 1. Two per group: the median is the midpoint, both members have the same stage novelty."""

@@ -91,14 +91,11 @@ def lift(
 def lifted_cost(
     h: torch.Tensor,  # (..., T, d) (normalised) hidden states
     tau: torch.Tensor,  # (..., T) positions τ in [0, 1]
-    Z: torch.Tensor,  # (..., L_b, d) barycenter supports (broadcast against h's leading dims)
+    Z: torch.Tensor,  # (..., L_b, d) barycenter features (broadcast against h's leading dims)
     tau_bar: torch.Tensor,  # (L_b,) barycenter positions τ̄
     alpha: float = 0.25,  # α, weight of the structure term
-) -> torch.Tensor:
-    """Lifted cost of Lemma 3.1, (1-α)‖h_t - z_j‖² + 2α(τ_t - τ̄_j)², shape (..., T, L_b): squared
-    distances of `lift`'s lifted points."""
-    # (1-α)‖h - z‖² + 2α(τ - τ̄)² = ‖φ(h, τ) - φ(z, τ̄)‖²,  φ = (√(1-α) h, √(2α) τ)
-    # (..., T, L_b)
+) -> torch.Tensor:  # (..., T, L_b) (1-α)‖h_t - z_j‖² + 2α(τ_t - τ̄_j)²
+    "Lifted cost of Lemma 3.1: squared distances between `lift`'s lifted tokens and nodes."
     return sq_dists(lift(h, tau, alpha), lift(Z, tau_bar.expand(Z.shape[:-1]), alpha))
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #81f8ecbb
@@ -161,7 +158,7 @@ def barycenter_cost(
     tau_bar: torch.Tensor,  # (L_b,) barycenter positions
     alpha: float,  # FGW trade-off
 ) -> torch.Tensor:  # (..., K, T, L_b) $\tilde M_{i,tj} = \lVert\phi_{i,t}-\bar\phi_j\rVert^2$
-    "Lifted cost of every rollout to the barycenter $(Z, \\bar\\tau)$."
+    "Lifted cost of every rollout (already lifted) to the barycenter $(Z, \\bar\\tau)$."
     phi_bar = lift(Z, tau_bar.expand(Z.shape[:-1]), alpha)  # (..., L_b, d+1)
     return sq_dists(phi, phi_bar.unsqueeze(-3))  # (..., K, T, L_b)
 
@@ -171,14 +168,12 @@ def linearized_start(
     mask: torch.Tensor,  # (K, T) bool, True on real tokens (every rollout has one)
     alpha: float,  # FGW trade-off
     L_b: int,  # barycenter size
-) -> (
-    tuple
-):  # hn (K, T, d), phi (K, T, d+1), tau_bar (L_b,), a (K, T), b (L_b,), lam (K,), Z (L_b, d)
+) -> tuple:  # hn (K,T,d), phi (K,T,d+1), tau_bar (L_b,), a (K,T), b (L_b,), lam (K,), Z (L_b,d)
     "One group made ready: normalised and lifted tokens, weights, and $Z$ from the monotone plans."
-    hn = normalize_features(h, how='unit') * mask.unsqueeze(-1)  # (K, T, d)
+    hn = normalize_features(h, how='unit') * mask.unsqueeze(-1)  # (K, T, d) unit features
     phi = lift(hn, chain_positions(mask, h.dtype), alpha)  # (K, T, d+1)
     tau_bar = chain_tau_bar(L_b, h.dtype)  # (L_b,)
-    a = mask.to(h.dtype) / mask.sum(-1, keepdim=True)  # (K, T)
+    a = mask.to(h.dtype) / mask.sum(-1, keepdim=True)  # (K, T) 1/L_i on real tokens
     b = torch.full((L_b,), 1 / L_b, dtype=h.dtype)  # (L_b,)
     lam = torch.full((len(h),), 1 / len(h), dtype=h.dtype)  # (K,)
     Z = barycenter_update(monotone_plan(a, b), hn, lam)  # (L_b, d) the order-preserving start
