@@ -16,7 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-MAX_CHAPTERS = 12
+MAX_CHAPTERS = 13
 DEFAULT_EXP = re.compile(r'^#\|\s*default_exp\s+(\S+)', re.M)
 DOTTED = re.compile(r'\bhara_ref(?:\.[A-Za-z_]\w*)+')
 
