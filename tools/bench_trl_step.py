@@ -26,7 +26,6 @@ HARA time (all steps; steps with a barycenter) and barycenter iterations, the me
 and plain / lbfgs of the median HARA time; `--out` writes the rows and how they were measured.
 """
 
-import argparse
 import ast
 import datetime
 import importlib
@@ -38,6 +37,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from hara_ref.practice.cli import FlagParser  # a usage error: one line, exit code 2
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / 'examples' / 'grpo_hara.py'
@@ -134,15 +135,9 @@ def command(model: str, data: str, out_dir: str, outer: str, steps: int, seed: i
     ]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr, exit code 2
-        sys.stderr.write(f"bench_trl_step.py: {message}\n")
-        sys.exit(2)
-
-
 def parse(argv=None):
     "The command line, checked before any work: a usage error exits 2, one line naming the flag."
-    ap = _Parser(description=__doc__.splitlines()[0])
+    ap = FlagParser(description=__doc__.splitlines()[0])
     ap.add_argument('--model', help='a save_pretrained folder (default: the newest trained run)')
     ap.add_argument('--steps', type=int, default=8, help='TRL steps per solver')
     ap.add_argument('--seed', type=int, default=0, help="TRL's seed")

@@ -16,12 +16,12 @@ b // samples) and meta.
 Offline, on the CPU, from local paths only.
 """
 
-import argparse
 import datetime
 import json
 import os
 import sys
 from pathlib import Path
+from hara_ref.practice.cli import FlagParser  # a usage error: one line, exit code 2
 
 for _k, _v in dict(HF_HUB_OFFLINE='1', TRANSFORMERS_OFFLINE='1').items():
     os.environ.setdefault(_k, _v)
@@ -120,15 +120,9 @@ def summary(states: dict) -> str:
     )
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr, exit code 2
-        sys.stderr.write(f"qwen_states.py: {message}\n")
-        sys.exit(2)
-
-
 def parse(argv=None):
     "The command line, checked before any work: a usage error exits 2, one line naming the flag."
-    ap = _Parser(description=__doc__.splitlines()[0])
+    ap = FlagParser(description=__doc__.splitlines()[0])
     where = ap.add_mutually_exclusive_group()
     where.add_argument('--run', help=f"a `make train` run folder: reads runs/{VARIANT}/final")
     where.add_argument('--checkpoint', help='a save_pretrained folder (default: newest run)')

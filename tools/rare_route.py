@@ -16,13 +16,13 @@ tests/test_rl_lesson.py checks that a short run reproduces the file's first rows
 reference solves take most of the time: minutes at the defaults on one thread.
 """
 
-import argparse
 import json
 import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
+from hara_ref.practice.cli import FlagParser  # a usage error: one line, exit code 2
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / 'nbs' / 'results' / 'rare_route.json'
@@ -126,16 +126,8 @@ def run(seeds, steps: int, tok=None, warm=None) -> dict:
     return dict(prompt=PROMPT, routes=routes_out, novel=r['novel'], runs=runs)
 
 
-class _Parser(argparse.ArgumentParser):
-    "Usage errors as one line on stderr, exit code 2."
-
-    def error(self, message):
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv=None) -> int:
-    ap = _Parser(prog='rare_route.py', description=__doc__.splitlines()[0])
+    ap = FlagParser(prog='rare_route.py', description=__doc__.splitlines()[0])
     ap.add_argument('--seeds', type=int, default=SEEDS, help='seeds 0..N-1 (default %(default)s)')
     ap.add_argument('--steps', type=int, default=STEPS, help='RL steps (default %(default)s)')
     ap.add_argument('--out', default=str(OUT), help='the JSON file written')

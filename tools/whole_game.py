@@ -14,10 +14,10 @@ so it draws from the file this writes; tests/test_whole_game.py checks that the 
 makes. Runs in seconds on one thread.
 """
 
-import argparse
 import json
 import sys
 from pathlib import Path
+from hara_ref.practice.cli import FlagParser  # a usage error: one line, exit code 2
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / 'nbs' / 'results' / 'whole_game.json'
@@ -88,13 +88,8 @@ def dumps(game: dict) -> str:
     return '{\n' + ',\n'.join(f' {json.dumps(k)}: {value(v)}' for k, v in game.items()) + '\n}\n'
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # a usage error is one line on stderr, exit code 2
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def main(argv=None) -> None:
-    p = _Parser(prog='tools/whole_game.py', description=__doc__.split('\n')[0])
+    p = FlagParser(prog='tools/whole_game.py', description=__doc__.split('\n')[0])
     p.add_argument('--out', type=Path, default=OUT, help='the JSON file to write')
     a = p.parse_args(argv)
     if not a.out.parent.is_dir():
