@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from torch.utils._python_dispatch import TorchDispatchMode
 from ..ot.fgw import chain_positions
 from .ot_checks import feature_norms
+from .newton import semidual_plan
 
 from ..ot.lfgw import chain_tau_bar, linear_cost
 
@@ -208,9 +209,10 @@ def semidual_values(
     b: torch.Tensor,  # (L_b,) node weights
     reg: float,  # ε
 ) -> torch.Tensor:  # (N,) $J_i(\ell_i)$, float64
-    "Semi-dual $J_i(\\ell) = \\sum_j b_j\\ell_j - \\sum_t a_t\\log\\sum_j e^{\\ell_j - M_{tj}/ε}$."
-    lse = torch.logsumexp(log_v.double().unsqueeze(-2) - M.double() / reg, -1)  # (N, T)
-    return (b.double() * log_v.double()).sum(-1) - (a.double() * lse).sum(-1)
+    """Semi-dual (N1) of each rollout's plan problem at its column potentials, in float64:
+    chapter 32's `semidual_plan` at $\\log\\mathcal K = -M/ε$."""
+    b = b.double().expand(len(M), -1)  # (N, L_b)
+    return semidual_plan(M.double() / -reg, a.double(), b, log_v.double())[3]
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #lbfgs003
 def lbfgs_history(Y: int, n_mem: int, Z: torch.Tensor) -> dict:

@@ -81,7 +81,6 @@ def _first_iterate(bar, anderson):
     bar.lb = lbfgs_history(Y, LBFGS['memory'], bar.Z) if bar.outer == 'lbfgs' else None
     if bar.lb is not None:  # () the largest move of a node in one step
         bar.lb['cap'] = LBFGS['cap'] * bar.hh.amax().sqrt()
-    bar.F = h.new_full((Y,), math.nan, dtype=torch.float64)  # (Y,)
     bar.groups = torch.where(bar.part, bar.gid, -1).tolist()  # one read, for the compactions
     _restart_plans(bar, bar.part)  # the first plan problems, cold
 
@@ -236,9 +235,7 @@ def _quasi_newton_step(bar, FZ, mass, change, dist, ready):
     D = (1 / (c * bar.b)).unsqueeze(-1)  # (L_b, 1) the plain step's metric
     F, slack = _objective(bar), 64 * torch.finfo(bar.h.dtype).eps + 1e-12  # F's rounding: M, J
     lb = bar.lb
-    Z_next, acc, dist = lbfgs_next(lb, bar.Z, FZ, G, F, change, dist, ready, D, lb['cap'], slack)
-    bar.F = torch.where(acc, F, bar.F)
-    return Z_next, acc, dist
+    return lbfgs_next(lb, bar.Z, FZ, G, F, change, dist, ready, D, lb['cap'], slack)
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #sweep001
 def _sweep(bar):
@@ -512,8 +509,10 @@ def group_barycenters(
             for _ in range(check_every):
                 _sweep(bar)
         expand_working_set(bar)
-        if bar.lb is None:  # the objective at the last plans
-            bar.F = _objective(bar)
+        # (Y,) the objective at the last plans, or the quasi-Newton step's at its accepted point
+        # (NaN for a group never accepted)
+        F = bar.lb['F'] if bar.lb is not None else None
+        bar.F = _objective(bar) if F is None else torch.where(F.isinf(), math.nan, F)
         has_final = final_plans_kw is not None and bool(bar.part.any())
         final = _final_plans(bar, final_plans_kw) if has_final else None
         if final is None:  # the plans of the last iteration
