@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st, HealthCheck
 from scipy.optimize import minimize
 
 from hara_ref.engine.hara_engine import hara_advantages
-from hara_ref.engine.checks import group_geometric_median
-from hara_ref.hara.rollouts import geometric_median, weiszfeld_median
+from hara_ref.engine.checks import geometric_median, group_geometric_median
+from hara_ref.hara.rollouts import weiszfeld_median
 from hara_ref.rlvr.data import planted_stage_rollouts
 
 DATA = Path(__file__).parent / 'data'

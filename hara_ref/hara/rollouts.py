@@ -9,8 +9,7 @@ import torch
 
 # %% auto #0
 __all__ = ['outcome_groups', 'pack_slots', 'step_boundaries', 'span_ids', 'group_mean', 'group_median', 'weiszfeld_median',
-           'kuhn_data_point', 'weiszfeld_step', 'geometric_median', 'group_geometric_median', 'Reweighting',
-           'apply_weights']
+           'group_geometric_median', 'Reweighting', 'apply_weights']
 
 # %% ../../nbs/3_hara/11_rollouts.ipynb #b0bbeb82
 def outcome_groups(
@@ -117,137 +116,12 @@ def weiszfeld_median(
     active, it = n >= 3, 0  # (N,)
     while active.any() and it < max_iter:
         dist = torch.linalg.vector_norm(P - ybar[:, None], dim=-1)  # (N, K) ‖y_k - ȳ‖
-        inv = here / dist.clamp_min(tiny)  # (N, K) Weiszfeld's weights
+        # (N, K) Weiszfeld's weights 1/‖y_k - ȳ‖; ȳ on a member: 1/tolerance, never 1/0
+        inv = here / dist.clamp_min(thr[:, None] + tiny)
         new = (inv[..., None] * P).sum(1) / inv.sum(-1, keepdim=True)  # (N, D)
         step = torch.linalg.vector_norm(new - ybar, dim=-1)  # (N,)
         ybar = torch.where(active[:, None], new, ybar)  # (N, D)
         active, it = active & (step > thr), it + 1
-    left = int(active.sum())
-    return ybar, dict(converged=left == 0, n_iter=it, unconverged=left, nodes=len(n))
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #f7381c2a
-def kuhn_data_point(
-    P: torch.Tensor,  # (N, K, D) the members' points of N nodes (absent members: any finite row)
-    here: torch.Tensor,  # (N, K) bool, members present
-) -> tuple:
-    "Nodes whose geometric median is a data point (Kuhn's test): found (N,) bool, point (N, D)."
-    N, K, D = P.shape
-    found, point = here.new_zeros(N), P.new_full((N, D), torch.nan)  # (N,), (N, D)
-    tiny = torch.finfo(P.dtype).tiny
-    margin = 16 * K * torch.finfo(P.dtype).eps  # rounding of a sum of K unit vectors
-    for a in range(K):  # candidate p = the a-th member's point
-        diff = P - P[:, a : a + 1]  # (N, K, D) y_k - p
-        dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
-        at = here & (dist == 0)  # (N, K) members sitting at p: mult(p) of them
-        u = diff / dist.clamp_min(tiny)[..., None]  # (N, K, D) unit vectors from p
-        r = torch.linalg.vector_norm((u * (here & ~at)[..., None]).sum(1), dim=-1)  # (N,) ‖pull(p)‖
-        ok = here[:, a] & (r < at.sum(-1).to(P.dtype) - margin) & ~found  # strict: p the only one
-        point, found = torch.where(ok[:, None], P[:, a], point), found | ok
-    return found, point
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #895cba52
-def weiszfeld_step(
-    P: torch.Tensor,  # (N, K, D) points
-    here: torch.Tensor,  # (N, K) bool, present
-    ybar: torch.Tensor,  # (N, D) current iterate ȳ
-    radius: torch.Tensor | None = None,  # (N,) members this near ȳ count as at ȳ (None: 0)
-) -> torch.Tensor:
-    "One Weiszfeld step, with Vardi and Zhang's rule for the members at ȳ; (N, D)."
-    diff = P - ybar[:, None]  # (N, K, D) y_k - ȳ
-    dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
-    near = 0.0 if radius is None else radius[:, None]  # (N, 1)
-    tiny, at = torch.finfo(P.dtype).tiny, here & (dist <= near)  # (N, K) members at ȳ
-    inv = (here & ~at) / dist.clamp_min(tiny)  # (N, K) Weiszfeld weights 1/‖y_k - ȳ‖
-    pull = (inv[..., None] * diff).sum(1)  # (N, D) pull(ȳ) = Σ_k (y_k - ȳ)/‖y_k - ȳ‖
-    # W(ȳ) = ȳ + pull(ȳ) / Σ_k 1/‖y_k - ȳ‖
-    W = ybar + pull / inv.sum(-1, keepdim=True).clamp_min(tiny)  # (N, D)
-    # ȳ' = (1 - stay) W + stay ȳ, stay = min(1, mult/‖pull‖) (0 off the data)
-    r = torch.linalg.vector_norm(pull, dim=-1, keepdim=True)  # (N, 1)
-    stay = (at.sum(-1, keepdim=True) / r.clamp_min(tiny)).clamp(max=1)  # (N, 1)
-    return (1 - stay) * W + stay * ybar  # (N, D)
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #7011c717
-def _newton_step(
-    P: torch.Tensor,  # (N, K, D) points
-    here: torch.Tensor,  # (N, K) bool, present
-    ybar: torch.Tensor,  # (N, D) current iterate ȳ, off the data points
-) -> torch.Tensor:
-    """Newton's step on f(ȳ) = Σ_k ‖y_k - ȳ‖, solved in K x K by Woodbury's identity; (N, D), nan on
-    data points."""
-    diff = P - ybar[:, None]  # (N, K, D) y_k - ȳ
-    dist = torch.linalg.vector_norm(diff, dim=-1)  # (N, K)
-    tiny = torch.finfo(P.dtype).tiny
-    inv = here / dist.clamp_min(tiny)  # (N, K) 1/‖y_k - ȳ‖ (0 for absent members)
-    s = inv.sum(-1, keepdim=True)  # (N, 1)
-    U = diff * inv[..., None]  # (N, K, D) rows u_k = (y_k - ȳ)/‖y_k - ȳ‖
-    pull = U.sum(1)  # (N, D) pull(ȳ) = -∇f(ȳ)
-    # ∇²f = s I - Uᵀ diag(1/‖y_k - ȳ‖) U, so (∇²f)⁻¹ pull = (pull + Uᵀ Kmat⁻¹ U pull)/s, with
-    # the K x K matrix Kmat = diag(s ‖y_k - ȳ‖) - U Uᵀ
-    Kmat = torch.diag_embed(torch.where(here, s * dist, 1.0)) - U @ U.transpose(-1, -2)  # (N, K, K)
-    c = torch.linalg.solve_ex(Kmat, U @ pull[..., None])[0]  # (N, K, 1)
-    step = (pull + (U.transpose(-1, -2) @ c).squeeze(-1)) / s  # (N, D)
-    return torch.where((here & (dist == 0)).any(-1, keepdim=True), torch.nan, ybar + step)  # (N, D)
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #6ecbe7d9
-def _f_diff(
-    P: torch.Tensor,  # (N, K, D) points
-    here: torch.Tensor,  # (N, K) bool, present
-    a: torch.Tensor,  # (N, D) one candidate
-    b: torch.Tensor,  # (N, D) another
-) -> torch.Tensor:
-    """f(a) - f(b), f(ȳ) = Σ_k ‖y_k - ȳ‖, without cancellation when a ≈ b; (N,) (nan if a or b
-    is)."""
-    da, db = P - a[:, None], P - b[:, None]  # (N, K, D) y_k - a, y_k - b
-    # ‖y_k - a‖ - ‖y_k - b‖ = (b - a)·(2 y_k - a - b) / (‖y_k - a‖ + ‖y_k - b‖)
-    den = torch.linalg.vector_norm(da, dim=-1) + torch.linalg.vector_norm(db, dim=-1)  # (N, K)
-    num = ((b - a)[:, None] * (da + db)).sum(-1)  # (N, K)
-    return (num / den.clamp_min(torch.finfo(P.dtype).tiny) * here).sum(-1)  # (N,)
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #near0pt1
-def _nearest_point(
-    P: torch.Tensor,  # (N, K, D) points
-    here: torch.Tensor,  # (N, K) bool, present
-    ybar: torch.Tensor,  # (N, D) current iterate ȳ
-) -> torch.Tensor:
-    "The present point nearest to each iterate, (N, D)."
-    dist = torch.linalg.vector_norm(P - ybar[:, None], dim=-1)  # (N, K)
-    dist = dist.masked_fill(~here, torch.inf)  # (N, K) absent members never nearest
-    return P[torch.arange(len(P), device=P.device), dist.argmin(-1)]  # (N, D)
-
-# %% ../../nbs/3_hara/11_rollouts.ipynb #gmedsafe
-def geometric_median(
-    P: torch.Tensor,  # (N, K, D) points of N independent problems (absent rows: any finite values)
-    here: torch.Tensor,  # (N, K) bool, points present
-    tol: float = 1e-9,  # stop when a step is below tol x the points' mean distance from their mean
-    max_iter: int = 200,  # cap on steps
-) -> tuple:
-    """`weiszfeld_median`, safeguarded: each node's geometric median (N, D) (nan if
-    none), and the solver's info."""
-    n, eps = here.sum(-1), torch.finfo(P.dtype).eps  # (N,)
-    mean = (P * here[..., None]).sum(1) / n.clamp(min=1)[:, None]  # (N, D) coordinatewise mean
-    # (N,), (N, D) one member, copies, a majority, ...
-    found, ybar = kuhn_data_point(P, here)
-    start = torch.where(n[:, None] > 0, mean, torch.nan)  # (N, D) two members: their midpoint, done
-    ybar = torch.where(found[:, None], ybar, start)  # (N, D)
-    dev = torch.linalg.vector_norm(P - mean[:, None], dim=-1)  # (N, K)
-    spread = (dev * here).sum(-1) / n.clamp(min=1)  # (N,) mean distance from the mean
-    rounding = 16 * eps * torch.linalg.vector_norm(mean, dim=-1)  # (N,)
-    thr = max(tol, 16 * eps) * spread + rounding  # (N,) step tolerance
-    radii = thr, torch.minimum(1e3 * thr, 1e-2 * spread)  # (N,) each: clusters merged at p
-    active, it = (n >= 3) & ~found, 0  # (N,) nodes left to iterate
-    while active.any() and it < max_iter:
-        i = active.nonzero().flatten()  # (N',)
-        Pi, hi, yi = P[i], here[i], ybar[i]  # (N', K, D), (N', K), (N', D)
-        new, p = weiszfeld_step(Pi, hi, yi), _nearest_point(Pi, hi, yi)  # (N', D) each
-        nt = _newton_step(Pi, hi, yi) - yi  # (N', D) Newton's step (nan on a data point)
-        # Newton's step, damped (step length gamma); from the nearest point p, Vardi-Zhang's step,
-        # p's cluster merged
-        cands = [yi + gamma * nt for gamma in (1, 1 / 2, 1 / 4, 1 / 8)]
-        cands += [weiszfeld_step(Pi, hi, p, r[i]) for r in radii]
-        for c in cands:  # the lowest f (a nan candidate compares False)
-            new = torch.where((_f_diff(Pi, hi, c, new) < 0)[:, None], c, new)  # (N', D)
-        active[i] = torch.linalg.vector_norm(new - yi, dim=-1) > thr[i]
-        ybar[i], it = new, it + 1
     left = int(active.sum())
     return ybar, dict(converged=left == 0, n_iter=it, unconverged=left, nodes=len(n))
 
@@ -259,7 +133,7 @@ def group_geometric_median(
     *,
     tol: float = 1e-9,  # the solver's step tolerance
     max_iter: int = 200,  # the solver's cap on steps
-    solver=geometric_median,  # (P, here, tol, max_iter) -> (medians (N, D), info)
+    solver=weiszfeld_median,  # (P, here, tol, max_iter) -> (medians (N, D), info)
 ) -> tuple:
     "Geometric median of each group's members per node, per rollout (B, ..., D) (0: others); info."
     slots, out = pack_slots(og, member), torch.zeros_like(v)  # (Y', K) members, -1 = none

@@ -4,6 +4,7 @@
 
 # %% ../../nbs/3_hara/13_hara.ipynb #86c410a8
 from __future__ import annotations
+import warnings
 import torch
 from ..rlvr.grpo import group_advantages
 from ..ot.entropic import semidual_reference
@@ -37,8 +38,11 @@ def hara_weights(
     return torch.where(act, w, torch.ones_like(w))
 
 # %% ../../nbs/3_hara/13_hara.ipynb #onescr02
-# the oracle's settings (alpha, L_b, reg: the paper's; the weight map: ours) and the reference's tol
-ORACLE_DEFAULTS = dict(alpha=0.25, L_b=32, reg=0.05, kappa=1.0, w_min=0.5, w_max=2.0, tol=1e-12)
+# the oracle's settings (alpha, L_b, reg: the paper's; the weight map: ours), the reference's tol
+# and its median's cap on steps
+ORACLE_DEFAULTS = dict(
+    alpha=0.25, L_b=32, reg=0.05, kappa=1.0, w_min=0.5, w_max=2.0, tol=1e-12, median_iter=2000
+)
 
 
 def group_novelty(hidden: torch.Tensor, mask: torch.Tensor, o: dict) -> tuple:
@@ -61,8 +65,9 @@ def group_novelty(hidden: torch.Tensor, mask: torch.Tensor, o: dict) -> tuple:
 
 # %% ../../nbs/3_hara/13_hara.ipynb #onescr12
 def stage_excess(C: torch.Tensor, phi: torch.Tensor, mask: torch.Tensor, n_bar, o: dict) -> tuple:
-    """One outcome group: relative novelty x (K, T) and stage novelty ν (K, L_b) from the lifted
-    cost C (K, T, L_b), the lifted tokens φ (K, T, d+1) and the group's novelty n̄_g."""
+    """One outcome group: relative novelty x (K, T), stage novelty Λ (K, L_b) and whether the
+    median converged, from the lifted cost C (K, T, L_b), the lifted tokens φ (K, T, d+1) and the
+    group's novelty n̄_g."""
     K = len(C)
     a = mask.to(C.dtype) / mask.sum(-1, keepdim=True)  # (K, T) a_{i,t} = 1/L_i
     # assignment: P_{i,tj} = a_{i,t} softmax_j(-Ĉ_i[t,j] / ε)
@@ -72,11 +77,12 @@ def stage_excess(C: torch.Tensor, phi: torch.Tensor, mask: torch.Tensor, n_bar, 
     y = P.transpose(-1, -2) @ phi / P.sum(-2)[..., None]  # (K, L_b, d+1)
     # median: ȳ_{g,j} = argmin_y Σ_k ||y_{k,j} - y||
     one = torch.zeros(K, dtype=torch.long)  # (K,) a single outcome group
-    y_bar = group_geometric_median(y, one, one == 0, tol=o['tol'])[0]  # (K, L_b, d+1)
-    # excess: ν_{i,j} = ||y_{i,j} - ȳ_{g,j}||², e_{i,t} = Σ_j (P_{i,tj} / a_{i,t}) ν_{i,j}
+    y_bar, info = group_geometric_median(y, one, one == 0, tol=o['tol'], max_iter=o['median_iter'])
+    # excess: Λ_{i,j} = ||y_{i,j} - ȳ_{g,j}||², e_{i,t} = Σ_j (P_{i,tj} / a_{i,t}) Λ_{i,j}
     nu = ((y - y_bar) ** 2).sum(-1)  # (K, L_b)
     e = (S @ nu[..., None])[..., 0] * mask  # (K, T)
-    return relative_to_group(e, n_bar.expand(K), mask), nu  # x = 1 + e / n̄_g, (K, T)
+    # x = 1 + e / n̄_g (K, T); Λ; whether every node's median met tol
+    return relative_to_group(e, n_bar.expand(K), mask), nu, info['converged']
 
 # %% ../../nbs/3_hara/13_hara.ipynb #onescr14
 def hara_reference(
@@ -91,17 +97,22 @@ def hara_reference(
     G, T, d = hidden.shape
     A = group_advantages(rewards, torch.zeros(G, dtype=torch.long))  # (G,) Eq. (3)
     z = hidden.new_zeros(G, T)  # (G, T)
-    out = dict(n=z, x=mask.to(z.dtype), w=z + 1, nu=z.new_zeros(G, o['L_b']))
+    out = dict(n=z, x=mask.to(z.dtype), w=z + 1, nu=z.new_zeros(G, o['L_b']), median_converged=True)
     for r in rewards.unique():  # each outcome group g: the rollouts with the same reward
         g = ((rewards == r) & mask.any(-1)).nonzero()[:, 0]  # (K,) its non-empty rollouts
         if len(g) < 2 or A[g[0]] == 0:
             continue  # nothing to compare with, or no advantage: w = 1
         m = mask[g]  # (K, T)
         C, phi, c = group_novelty(hidden[g], m, o)  # (K, T, L_b), (K, T, d+1), (K, T)
-        x, nu = stage_excess(C, phi, m, c.sum(-1).mean(), o)  # (K, T), (K, L_b); n̄_g = mean N_k
+        x, nu, ok = stage_excess(C, phi, m, c.sum(-1).mean(), o)  # (K, T), (K, L_b); n̄_g = mean N_k
         if granularity == 'seq':  # x_i = the mean of x over the rollout's tokens
             x = (x.sum(-1, keepdim=True) / m.sum(-1, keepdim=True)) * m  # (K, T)
         w = hara_weights(x, A[g], kappa=o['kappa'], w_min=o['w_min'], w_max=o['w_max'])  # (K, T)
         out['n'][g], out['x'][g], out['nu'][g] = c * m.sum(-1, keepdim=True), x, nu
-        out['w'][g] = torch.where(m, w, 1.0)
+        out['w'][g], out['median_converged'] = (
+            torch.where(m, w, 1.0),
+            out['median_converged'] and ok,
+        )
+    if not out['median_converged']:
+        warnings.warn("hara_reference: Weiszfeld's median stopped at its cap", RuntimeWarning, 2)
     return A[:, None] * out['w'] * mask, out

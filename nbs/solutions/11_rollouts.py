@@ -4,7 +4,6 @@ medians)."""
 import torch
 
 from hara_ref.hara.rollouts import (
-    geometric_median,
     group_geometric_median,
     group_mean,
     outcome_groups,
@@ -56,16 +55,12 @@ og_o, sizes_o = outcome_groups(solved, torch.zeros(4))
 assert sorted(sizes_r.tolist()) == [1, 1, 2] and sorted(sizes_o.tolist()) == [1, 3]
 assert og_o[0] == og_o[1] == og_o[3] != og_o[2]
 
-# Exercise 4: three of five points at (1, 1): a majority, so the median is (1, 1) exactly.
+# Exercise 4: three of five points at (1, 1): a step delta off (1, 1) adds 3 delta to the three
+# copies' distances and takes at most 2 delta from the other two, so the median is (1, 1).
+# Weiszfeld's steps shrink as they near it (the copies' weights grow without bound): the loop ends
+# close to (1, 1) but not on it.
 maj = torch.tensor([[[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [5.0, 2.0], [0.0, 9.0]]], **f64)
-here = torch.ones(1, 5, dtype=torch.bool)
-(m_plain, info_plain), (m_safe, info_safe) = (
-    weiszfeld_median(maj, here),
-    geometric_median(maj, here),
-)
-print(
-    f"Weiszfeld: {info_plain['n_iter']} steps, {float((m_plain[0] - 1).norm()):.1e} from (1, 1); "
-    f"geometric_median: {info_safe['n_iter']} steps, exactly {m_safe[0].tolist()}"
-)
-assert torch.equal(m_safe[0], torch.tensor([1.0, 1.0], **f64))  # Kuhn's test: returned exactly
-assert info_plain['n_iter'] > info_safe['n_iter'] and float((m_plain[0] - 1).norm()) < 1e-6
+m_plain, info = weiszfeld_median(maj, torch.ones(1, 5, dtype=torch.bool))
+gap = float((m_plain[0] - 1).norm())
+print(f"Weiszfeld: {info['n_iter']} steps, converged={info['converged']}, {gap:.1e} from (1, 1)")
+assert info['converged'] and 0 < gap < 1e-6
