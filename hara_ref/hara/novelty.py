@@ -94,8 +94,8 @@ def version_excess(
     y_ref: torch.Tensor,  # (B, L_b, D) its group's versions (`group_geometric_median`)
     mask: torch.Tensor,  # (B, T) bool
 ) -> tuple:
-    """Stage novelty ν[i,j] = ‖y[i,j] - ȳ[g,j]‖² (B, L_b), token excess e[i,t] = Σ_j (q[t,j]/a_t)
-    ν[i,j] (B, T), sequence excess Σ_j (Σ_t q[t,j]) ν[i,j] (B,)."""
+    """Stage novelty Λ[i,j] = ‖y[i,j] - ȳ[g,j]‖² (B, L_b), token excess e[i,t] = Σ_j (q[t,j]/a_t)
+    Λ[i,j] (B, T), sequence excess Σ_j (Σ_t q[t,j]) Λ[i,j] (B,)."""
     # (B, L_b); a node without mass carries nothing
     nu = torch.nan_to_num(((y - y_ref) ** 2).sum(-1), nan=0.0)
     a = q.sum(-1)  # (B, T) a_t on real tokens

@@ -31,16 +31,17 @@ def sinkhorn_naive(
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #1b79cd42
 def lse_update(
-    # (..., p) log target weights of the side being updated ($-\infty$ = padding)
+    # (..., n) log target weights of the side being updated, $\log a$ ($-\infty$ = padding)
     log_w: torch.Tensor,
-    # (..., p, q) $-M/\varepsilon$, oriented so the updated side is dim -2
+    # (..., n, m) $-M/\varepsilon$, oriented so the updated side is dim -2
     logK: torch.Tensor,
-    log_s: torch.Tensor,  # (..., q) log-scaling of the other side
-) -> torch.Tensor:  # (..., p) new log-scaling of the updated side
-    "One log-domain Sinkhorn half-step: $\\log w - \\mathrm{LSE}_q(\\log \\mathcal K + \\log s)$."
-    lse = torch.logsumexp(logK + log_s.unsqueeze(-2), dim=-1)  # (..., p)
+    log_s: torch.Tensor,  # (..., m) log-scaling of the other side, $\log v$
+) -> torch.Tensor:  # (..., n) new log-scaling of the updated side, $\log u$
+    """One log-domain Sinkhorn half-step, the row update (columns: pass $\\mathcal K^\\top$):
+    $\\log u_i = \\log a_i - \\mathrm{LSE}_j(\\log \\mathcal K_{ij} + \\log v_j)$."""
+    lse = torch.logsumexp(logK + log_s.unsqueeze(-2), dim=-1)  # (..., n)
     # rows that are entirely padding (all -inf) give lse = -inf; keep them at -inf, never nan
-    # (..., p)
+    # (..., n)
     return torch.where(torch.isfinite(log_w), log_w - lse, torch.full_like(lse, -math.inf))
 
 # %% ../../nbs/2_ot/05_sinkhorn.ipynb #917fc32d

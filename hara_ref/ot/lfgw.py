@@ -131,10 +131,10 @@ def monotone_plan(
 ) -> torch.Tensor:  # (..., n, m) north-west-corner coupling of a and b
     """The monotone (comonotone, north-west-corner) coupling: overlap of the cumulative-weight
     intervals."""
-    A, B = a.cumsum(-1), b.cumsum(-1)  # (..., n), (..., m)
-    hi = torch.minimum(A.unsqueeze(-1), B.unsqueeze(-2))  # (..., n, m)  min(A_t, B_j)
-    # (..., n, m)  max(A_{t-1}, B_{j-1})
-    lo = torch.maximum((A - a).unsqueeze(-1), (B - b).unsqueeze(-2))
+    a_le, b_le = a.cumsum(-1), b.cumsum(-1)  # (..., n), (..., m)  a_{<=t}, b_{<=j}
+    hi = torch.minimum(a_le.unsqueeze(-1), b_le.unsqueeze(-2))  # (..., n, m)  min(a_{<=t}, b_{<=j})
+    # (..., n, m)  max(a_{<t}, b_{<j})
+    lo = torch.maximum((a_le - a).unsqueeze(-1), (b_le - b).unsqueeze(-2))
     return (hi - lo).clamp_min(0)  # (..., n, m)
 
 # %% ../../nbs/2_ot/08_linearization.ipynb #440787f7

@@ -13,8 +13,8 @@ from .data import is_heldout, sum_task, sum_solution
 from .basics import extract_boxed, exact_match_reward
 
 # %% auto #0
-__all__ = ['OPS', 'STEP', 'Countdown', 'parse_problem', 'check_steps', 'parse_steps', 'countdown_strategy', 'countdown_reward',
-           'solutions', 'left_to_right', 'solution_text', 'reachable', 'countdown_problem', 'countdown_task',
+__all__ = ['OPS', 'STEP', 'Countdown', 'parse_problem', 'parse_steps', 'solution_text', 'check_steps', 'countdown_strategy',
+           'countdown_reward', 'solutions', 'left_to_right', 'reachable', 'countdown_problem', 'countdown_task',
            'countdown_demo', 'sum_strategy', 'Task', 'sum_demo', 'builtin_task']
 
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #7880c9d6
@@ -40,10 +40,31 @@ class Countdown:
 def parse_problem(answer: str) -> Countdown:
     "The problem back from its answer string, e.g. '3,5,8:29'."
     try:
-        nums, t = answer.split(':')
-        return Countdown(tuple(int(x) for x in nums.split(',')), int(t))
+        nums, target = answer.split(':')
+        return Countdown(tuple(int(x) for x in nums.split(',')), int(target))
     except ValueError:
         raise ValueError(f"a countdown answer looks like '3,5,8:29', got {answer!r}") from None
+
+# %% ../../nbs/1_rlvr/03_countdown.ipynb #cd03a002
+# operands up to 4 digits: ample for numbers in 1..9
+STEP = re.compile(r'^(\d{1,4})([+\-*])(\d{1,4})=(\d{1,6})$')
+
+
+def parse_steps(text: str) -> list | None:
+    """Steps [(x, op, y, r)] of a response 'x op y=r;...;\\boxed{target}', or None if it is not of
+    that form."""
+    parts = text.strip().split(';')
+    if len(parts) < 2 or extract_boxed(parts[-1]) is None:
+        return None
+    ms = [STEP.match(s) for s in parts[:-1]]
+    return [(int(m[1]), m[2], int(m[3]), int(m[4])) for m in ms] if all(ms) else None
+
+
+def solution_text(steps: list) -> str:
+    "The scratchpad of a step list, answer boxed."
+    return (
+        ';'.join(f"{x}{op}{y}={r}" for x, op, y, r in steps) + ';\\boxed{' + str(steps[-1][3]) + '}'
+    )
 
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #6a098ef5
 def _combine(ex: str, op: str, ey: str) -> str:
@@ -67,21 +88,7 @@ def check_steps(p: Countdown, steps: list) -> str | None:
         pool.append((r, _combine(ex, op, ey)))
     return pool[-1][1] if steps and pool[-1][0] == p.target else None
 
-
-# operands up to 4 digits: ample for numbers in 1..9
-STEP = re.compile(r'^(\d{1,4})([+\-*])(\d{1,4})=(\d{1,6})$')
-
-
-def parse_steps(text: str) -> list | None:
-    """Steps [(x, op, y, r)] of a response 'x op y=r;...;\\boxed{t}', or None if it is not of that
-    form."""
-    parts = text.strip().split(';')
-    if len(parts) < 2 or extract_boxed(parts[-1]) is None:
-        return None
-    ms = [STEP.match(s) for s in parts[:-1]]
-    return [(int(m[1]), m[2], int(m[3]), int(m[4])) for m in ms] if all(ms) else None
-
-
+# %% ../../nbs/1_rlvr/03_countdown.ipynb #cd03a006
 def countdown_strategy(text: str, answer: str) -> str | None:
     "The strategy of a correct response, None for a wrong one."
     p, steps = parse_problem(answer), parse_steps(text)
@@ -118,9 +125,9 @@ def solutions(p: Countdown) -> dict:
     go([(n, str(n)) for n in p.numbers], [])
     return out
 
-
+# %% ../../nbs/1_rlvr/03_countdown.ipynb #cd03a009
 def left_to_right(nums: tuple) -> list:
-    "Every two-step step list (a op b) op c over `nums` in order, non-negative results."
+    "Every two-step step list (first op second) op third over `nums`, non-negative results."
     a, b, c = nums
     return [
         [(a, o1, b, OPS[o1](a, b)), (OPS[o1](a, b), o2, c, OPS[o2](OPS[o1](a, b), c))]
@@ -128,13 +135,6 @@ def left_to_right(nums: tuple) -> list:
         for o2 in '+-*'
         if OPS[o1](a, b) >= 0 and OPS[o2](OPS[o1](a, b), c) >= 0
     ]
-
-
-def solution_text(steps: list) -> str:
-    "The scratchpad of a step list, answer boxed."
-    return (
-        ';'.join(f"{x}{op}{y}={r}" for x, op, y, r in steps) + ';\\boxed{' + str(steps[-1][3]) + '}'
-    )
 
 # %% ../../nbs/1_rlvr/03_countdown.ipynb #eee5c60d
 # 9**3 triples at the defaults: a task of 4,000 problems searches each triple once
@@ -155,7 +155,7 @@ def reachable(nums: tuple) -> frozenset:
     go(list(nums))
     return frozenset(vals)
 
-
+# %% ../../nbs/1_rlvr/03_countdown.ipynb #cd03a00b
 def countdown_problem(
     rng: random.Random, max_number: int = 9, max_target: int = 99, p_any: float = 0.5
 ) -> Countdown:
@@ -170,7 +170,7 @@ def countdown_problem(
         if vals:
             return Countdown(nums, rng.choice(vals))
 
-
+# %% ../../nbs/1_rlvr/03_countdown.ipynb #cd03a00e
 def countdown_task(
     n: int,  # number of problems
     split: str = 'train',  # 'train' or 'test' (held-out)
@@ -191,7 +191,7 @@ def countdown_task(
             out.append(q)
     return out
 
-
+# %% ../../nbs/1_rlvr/03_countdown.ipynb #cd03a011
 def countdown_demo(p: Countdown, rng: random.Random, p_other: float = 0.2) -> str | None:
     """A warm-start demonstration: a random strategy of any form with probability p_other, else a
     random left-to-right solution (None if there is none)."""
@@ -211,7 +211,7 @@ def sum_strategy(text: str, answer: str) -> str | None:
     order = [steps[0][0], steps[0][2]] + [y for _, _, y, _ in steps[1:]]
     return ','.join(map(str, sorted(order[:2]) + order[2:]))
 
-
+# %% ../../nbs/1_rlvr/03_countdown.ipynb #cd03a016
 @dataclass(frozen=True)
 class Task:
     "A built-in task: what the trainer needs from it."
@@ -231,12 +231,12 @@ def sum_demo(p, rng: random.Random, p_shuffle: float = 0.25) -> str:
         rng.shuffle(order)
     return sum_solution(p, order)
 
-
+# %% ../../nbs/1_rlvr/03_countdown.ipynb #cd03a017
 def builtin_task(name: str, **knobs) -> Task:
     "'sum' (knobs n_terms, max_value, p_shuffle) or 'countdown' (knobs max_number, p_any, p_other)."
     if name == 'sum':
         kw = {k: knobs.pop(k) for k in ('n_terms', 'max_value') if k in knobs}
-        t = Task(
+        task = Task(
             'sum',
             partial(sum_task, **kw),
             partial(sum_demo, **{k: knobs.pop(k) for k in ('p_shuffle',) if k in knobs}),
@@ -245,7 +245,7 @@ def builtin_task(name: str, **knobs) -> Task:
         )
     elif name == 'countdown':
         kw = {k: knobs.pop(k) for k in ('max_number', 'p_any') if k in knobs}
-        t = Task(
+        task = Task(
             'countdown',
             partial(countdown_task, **kw),
             partial(countdown_demo, **{k: knobs.pop(k) for k in ('p_other',) if k in knobs}),
@@ -256,4 +256,4 @@ def builtin_task(name: str, **knobs) -> Task:
         raise ValueError(f"unknown task {name!r}: use 'sum' or 'countdown'")
     if knobs:
         raise ValueError(f"unknown knobs for task {name!r}: {sorted(knobs)}")
-    return t
+    return task

@@ -114,17 +114,17 @@ def clipped_surrogate(
 def k3_kl(
     logp: torch.Tensor,  # (B, T) log pi_theta of the sampled tokens
     ref_logp: torch.Tensor,  # (B, T) log pi_ref of the same tokens
-    clamp: bool = False,  # verl's clamps (u to [-20, 20], k3 to [-10, 10]); TRL: none
+    clamp: bool = False,  # verl's clamps (log-ratio to [-20, 20], k3 to [-10, 10]); TRL: none
 ) -> torch.Tensor:  # (B, T) k3 >= 0
     "Eq. (7): the k3 estimator of KL(pi_theta || pi_ref), per token."
     if logp.shape != ref_logp.shape:
         raise ValueError(
             f"logp {tuple(logp.shape)} and ref_logp {tuple(ref_logp.shape)} differ in shape"
         )
-    u = ref_logp - logp  # log(pi_ref / pi_theta)
+    log_ratio = ref_logp - logp  # log(pi_ref / pi_theta)
     if clamp:
-        u = u.clamp(-20.0, 20.0)
-    k3 = torch.exp(u) - u - 1  # e^u - u - 1
+        log_ratio = log_ratio.clamp(-20.0, 20.0)
+    k3 = torch.exp(log_ratio) - log_ratio - 1  # pi_ref/pi_theta - log(pi_ref/pi_theta) - 1
     return k3.clamp(-10.0, 10.0) if clamp else k3
 
 # %% ../../nbs/1_rlvr/04_grpo.ipynb #ef315ec7

@@ -136,11 +136,11 @@ def _chunk_stats(hidden: torch.Tensor, head, targets: torch.Tensor) -> tuple:
 
 
 def token_stats(
-    hidden: torch.Tensor,  # (N, d) last-layer hidden states, row n predicts targets[n]
+    hidden: torch.Tensor,  # (BL, d) last-layer hidden states, row n predicts targets[n]
     head,  # the output layer: (n, d) -> (n, V) logits
-    targets: torch.Tensor,  # (N,) token ids
+    targets: torch.Tensor,  # (BL,) token ids
     chunk_tokens: int = 256,  # rows per chunk: the largest tensor is (chunk_tokens, V)
-) -> tuple:  # logp (N,), entropy (N,)
+) -> tuple:  # logp (BL,), entropy (BL,)
     """Token log-probs and entropies (nats) from hidden states, `chunk_tokens` rows at a time
     (recomputed in backward)."""
     lp, ent = [], []
@@ -151,7 +151,7 @@ def token_stats(
             a, b = _chunk_stats(h, head, y)
         lp.append(a)
         ent.append(b)
-    return torch.cat(lp), torch.cat(ent)  # (N,), (N,)
+    return torch.cat(lp), torch.cat(ent)  # (BL,), (BL,)
 
 # %% ../../nbs/4_train/15_policy.ipynb #11b8154b
 def joined_inputs(
