@@ -1,6 +1,7 @@
-"""`hara-ref bench scale` and the FGW-batch table: FLOP counts against the model's own parameters,
-the tables' arithmetic, and the GPU script's dry run on CPU."""
+"""`hara-ref bench scale`, `bench hara`'s families and the FGW-batch table: FLOP counts
+against the model's own parameters, the tables' arithmetic, and the GPU script's dry run on CPU."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import torch
 
 from hara_ref.bench.solvers import bench_fgw_batch
 from hara_ref.bench.scale import layer_flops, qwen3_config, scale_row, step_flops
-from hara_ref.practice.commands import bench_scale_cli
+from hara_ref.practice.commands import bench_hara_cli, bench_scale_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -103,8 +104,38 @@ def test_gpu_script_dry_run(tmp_path):
         tmp_path / 'scale_bfloat16.json'
     ).exists()
     assert res.stdout.count('HARA share') == 2
+    assert res.stdout.count('HARA on lowrank-16 states') == 2  # the realistic family by default
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason='no CUDA device')
 def test_bench_scale_cuda():
     assert bench_scale_cli(['--tiny', '--device', 'cuda']) == 0
+
+
+def test_bench_batch_families():
+    """`bench_batch` makes each family: 'lowrank' states of a prompt live near `rank` directions
+    (all but the 5 % noise), different for each prompt; 'isotropic' fill every direction."""
+    from hara_ref.bench.solvers import bench_batch
+
+    h, m, r, g = bench_batch(2, 4, 64, 32, family='lowrank', rank=4)
+    assert h.shape == (8, 64, 32) and h.dtype == torch.float32 and m.shape == (8, 64)
+    assert ((r.view(2, 4) == 0).any(1) & (r.view(2, 4) == 1).any(1)).all()  # both outcomes
+    s = torch.linalg.svdvals(h[:4].reshape(-1, 32).double())  # prompt 0's tokens
+    assert float((s[4:] ** 2).sum() / (s**2).sum()) < 0.01  # noise: 0.05^2 x 28/32 = 0.0022
+    both = torch.linalg.svdvals(h.reshape(-1, 32).double())  # two prompts: two subspaces
+    assert float((both[4:8] ** 2).sum() / (both**2).sum()) > 0.2
+    iso = torch.linalg.svdvals(bench_batch(2, 4, 64, 32, family='isotropic')[0].reshape(-1, 32))
+    assert float(iso[-1] / iso[0]) > 0.5
+    with pytest.raises(ValueError, match='family must be one of'):
+        bench_batch(2, 4, 64, 32, family='gauss')
+
+
+def test_bench_hara_family_json(tmp_path):
+    "`bench hara --family lowrank --outer lbfgs --out F`: the result names its family and solves."
+    out = tmp_path / 'h.json'
+    argv = '--prompts 1 --rollouts 4 --length 32 --dim 16 --L-b 4 --family lowrank --rank 4'
+    assert bench_hara_cli([*argv.split(), '--outer', 'lbfgs', '--out', str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res['args']['outer'] == 'lbfgs' and res['result']['family'] == 'lowrank-4'
+    its = res['result']['bary_iters_group']
+    assert len(its) == 2 and 0 < max(its) < res['args']['max_iter']  # no group at the cap

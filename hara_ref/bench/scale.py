@@ -18,6 +18,7 @@ import torch
 from .solvers import bench_config_errors, bench_hara, sync
 from ..trainer.experiment import torch_threads
 from ..engine.novelty import BARY_DEFAULTS
+from ..rlvr.data import FAMILIES
 from ..ot.complexity import timed
 from ..train.policy import token_stats
 from ..trainer.results import write_results
@@ -266,6 +267,11 @@ class BenchScaleConfig:
     hara_prompts: int = 2  # prompts HARA is timed on (scaled to `prompts`)
     L_b: int = 32  # barycenter size
     anderson: int = 0  # Anderson memory of the barycenter iteration (0: plain)
+    outer: str = BARY_DEFAULTS['outer']  # the barycenter's outer step: 'plain' or 'lbfgs'
+    family: str = (
+        'planted'  # HARA's hidden states (`bench_batch`): 'planted', 'isotropic', 'lowrank'
+    )
+    rank: int = 16  # 'lowrank': the directions that carry the states
     device: str = 'cpu'  # 'cpu' or 'cuda'
     dtype: str = 'float32'  # model dtype: 'float32' or 'bfloat16' (HARA always float32)
     repeat: int = 1  # runs per timed piece (fastest kept)
@@ -282,11 +288,15 @@ class BenchScaleConfig:
                 f"`hara_prompts` {self.hara_prompts} > `prompts` {self.prompts}: HARA is timed on "
                 "some of the step's prompts"
             )
+        if not bad and self.outer == 'lbfgs' and self.anderson:
+            bad.append("`anderson` > 0 needs `outer` 'plain': it mixes the plain step's iterates")
         for msg in bad:
             raise ValueError(msg)
 
 
-SCALE_CHOICES = dict(device=('cpu', 'cuda'), dtype=('float32', 'bfloat16'))
+SCALE_CHOICES = dict(
+    device=('cpu', 'cuda'), dtype=('float32', 'bfloat16'), outer=('plain', 'lbfgs'), family=FAMILIES
+)
 _INT1 = dict(lo=1, integer=True)
 # the numeric fields' ranges (`check_scalar`'s keywords); None: a default
 SCALE_RANGES = dict(
@@ -302,6 +312,7 @@ SCALE_RANGES = dict(
     hara_prompts=_INT1,
     L_b=_INT1,
     anderson=dict(lo=0, integer=True),
+    rank=_INT1,
     repeat=_INT1,
     threads=_INT1,
 )
@@ -318,7 +329,7 @@ def bench_scale(cfg: BenchScaleConfig | None = None, echo=print) -> list:
         )
         pieces.update(time_head(size, c.head_tokens, 256, c.device, dtype, c.repeat))
         cfg_s = qwen3_config(size)
-        bary_kw = {**BARY_DEFAULTS, 'anderson': c.anderson}
+        bary_kw = {**BARY_DEFAULTS, 'anderson': c.anderson, 'outer': c.outer}
         hara = bench_hara(
             c.hara_prompts,
             c.rollouts,
@@ -328,6 +339,8 @@ def bench_scale(cfg: BenchScaleConfig | None = None, echo=print) -> list:
             c.repeat,
             torch.float32,
             device=c.device,
+            family=c.family,
+            rank=min(c.rank, cfg_s.hidden_size),
             bary_kw=bary_kw,
         )
         rows.append(
@@ -348,8 +361,9 @@ def format_scale_row(r: dict) -> str:
     return (
         f"Qwen3-{r['size']} (d={r['d']}, {r['layers']} layers): {ph} | step {r['step']:.4g} s | "
         f"HARA share {100 * r['share']:.2f} % | extra {100 * r['extra']:.2f} % "
-        f"({100 * r['extra_own_forward']:.2f} % with its own forward) | HARA: {r['bary_iters']} "
-        f"barycenter its, {r['hara']['ratio']:.0f} x its lower bound"
+        f"({100 * r['extra_own_forward']:.2f} % with its own forward) | HARA on "
+        f"{r['hara'].get('family', 'planted')} states: {r['bary_iters']} barycenter its, "
+        f"{r['hara']['ratio']:.0f} x its lower bound"
     )
 
 # %% ../../nbs/9_bench/53_scale.ipynb #2fe639a7
@@ -380,7 +394,9 @@ def bench_scale_main(
             f"{c.prompt_len} + {c.length} tokens; timed {c.layers} layers x {c.tokens} tokens, "
             f"decoding {c.decode_batch} x "
             f"{c.decode_steps} steps, head {c.head_tokens} rows, HARA on {c.hara_prompts} "
-            f"prompts; {c.device} {c.dtype}, torch threads={torch.get_num_threads()}, "
+            f"prompts of {c.family if c.family != 'lowrank' else f'lowrank-{c.rank}'} states "
+            f"(outer step {c.outer}); {c.device} {c.dtype}, "
+            f"torch threads={torch.get_num_threads()}, "
             f"{platform.processor() or platform.machine()}"
         )
         warnings.simplefilter('ignore')

@@ -21,9 +21,10 @@ from ..ot.fgw_barycenter import sq_dists
 from ..ot.lfgw import chain_tau_bar, lifted_cost
 from ..engine.newton import semidual_newton
 from ..engine.checks import field_errors
+from ..rlvr.data import FAMILIES, hidden_family
 
 # %% auto #0
-__all__ = ['BENCH_OT_CHOICES', 'BENCH_OT_RANGES', 'BENCH_HARA_RANGES', 'bench_sinkhorn', 'bench_barycenter',
+__all__ = ['BENCH_OT_CHOICES', 'BENCH_OT_RANGES', 'BENCH_HARA_CHOICES', 'BENCH_HARA_RANGES', 'bench_sinkhorn', 'bench_barycenter',
            'format_barycenter_row', 'fgw_batch_problem', 'bench_fgw_batch', 'linearized_plans', 'pot_exact_fgw',
            'format_fgw_batch_row', 'bench_config_errors', 'BenchOtConfig', 'bench_ot', 'bench_batch', 'sync',
            'bench_hara', 'BenchHaraConfig', 'small_batch', 'bench_hara_small']
@@ -381,15 +382,24 @@ def bench_batch(
     d: int = 1024,  # hidden size
     seed: int = 0,
     dtype=torch.float32,
+    family: str = 'planted',  # hidden states: 'planted', 'isotropic' or 'lowrank' (FAMILIES)
+    rank: int = 16,  # 'lowrank': directions that carry the states
 ) -> tuple:
-    """A timing batch: hidden (B, L, d) along 8 prompt-specific stage directions + noise, lengths in
-    [L/2, L], mixed rewards."""
+    """A timing batch: hidden (B, L, d) of one family, lengths in [L/2, L], mixed rewards.
+    'planted': 8 prompt-specific stage directions + noise; 'isotropic' and 'lowrank' (rank `rank` +
+    5 % noise): chapter 01's `hidden_family`, one draw per prompt."""
+    if family not in FAMILIES:
+        raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
     g = torch.Generator().manual_seed(seed)
     B = prompts * rollouts
-    centers = torch.randn(prompts, 8, d, generator=g, dtype=dtype)  # (P, 8, d)
-    stage = torch.arange(L) * 8 // L  # (L,)
-    hidden = torch.randn(B, L, d, generator=g, dtype=dtype).mul_(0.7)  # (B, L, d)
-    hidden += centers[:, stage].repeat_interleave(rollouts, 0)
+    if family == 'planted':
+        centers = torch.randn(prompts, 8, d, generator=g, dtype=dtype)  # (P, 8, d)
+        stage = torch.arange(L) * 8 // L  # (L,)
+        hidden = torch.randn(B, L, d, generator=g, dtype=dtype).mul_(0.7)  # (B, L, d)
+        hidden += centers[:, stage].repeat_interleave(rollouts, 0)
+    else:  # (B, L, d) prompt p: seed 1000 seed + p
+        draw = lambda p: hidden_family(family, rollouts, L, d, rank, seed=1000 * seed + p)
+        hidden = torch.cat([draw(p).to(dtype) for p in range(prompts)])
     lengths = torch.randint(L // 2, L + 1, (B,), generator=g)  # (B,)
     mask = torch.arange(L) < lengths[:, None]  # (B, L)
     rewards = (torch.rand(B, generator=g) < 0.5).to(dtype)  # (B,)
@@ -415,11 +425,13 @@ def bench_hara(
     granularity: str = 'tok',
     seed: int = 0,
     device='cpu',  # where the batch lives and HARA runs
+    family: str = 'planted',  # `bench_batch`'s hidden states
+    rank: int = 16,  # 'lowrank': its rank
     **hara_kw,  # passed to `hara_advantages`
 ) -> dict:
     """Time `hara_advantages` and its lower bound (one h Z^T per rollout) on a `bench_batch`; a dict
     of results."""
-    batch = bench_batch(prompts, rollouts, L, d, seed, dtype)
+    batch = bench_batch(prompts, rollouts, L, d, seed, dtype, family, rank)
     hidden, mask, rewards, gid = (x.to(device) for x in batch)
     # (B, d, L_b)
     Zr = torch.randn(
@@ -447,6 +459,7 @@ def bench_hara(
         else 0.0
     )
     return dict(
+        family=family if family != 'lowrank' else f'lowrank-{rank}',
         B=hidden.shape[0],
         L=L,
         tokens=int(mask.sum()),
@@ -459,6 +472,7 @@ def bench_hara(
         groups=int(nov.slots.shape[0]),
         K=int(nov.slots.shape[1]) if nov.slots.numel() else 0,
         bary_iters=nov.bary_iters,
+        bary_iters_group=nov.bary_iters_group.tolist(),  # plan solves of each outcome group
         inner_iters=nov.inner_iters,
         products=products,
         finite=bool(torch.isfinite(adv).all()),
@@ -476,7 +490,10 @@ class BenchHaraConfig:
     L_b: int = 32  # barycenter size
     repeats: int = 1  # timed runs of hara_advantages (median)
     granularity: str = 'tok'  # 'seq' or 'tok'
+    family: str = 'planted'  # hidden states (`bench_batch`): 'planted', 'isotropic', 'lowrank'
+    rank: int = 16  # 'lowrank': the directions that carry the states
     float64: bool = False  # time in float64 (default float32)
+    outer: str = BARY_DEFAULTS['outer']  # the barycenter's outer step: 'plain' or 'lbfgs'
     max_iter: int = BARY_DEFAULTS['max_iter']  # barycenter iterations (most)
     # inner solver steps per barycenter iteration (most)
     inner_iter: int = BARY_DEFAULTS['inner_iter']
@@ -486,10 +503,19 @@ class BenchHaraConfig:
     # the small batch instead (`small_batch`: 8 rollouts x 12 tokens, d=16), one thread, fastest of
     # --repeats runs (20 when repeats is 1)
     small: bool = False
+    out: str | None = None  # also write the arguments and the result to this JSON file
 
     def __post_init__(self):
-        for msg in bench_config_errors(self, BENCH_HARA_RANGES, dict(granularity=('seq', 'tok'))):
+        bad = bench_config_errors(self, BENCH_HARA_RANGES, BENCH_HARA_CHOICES)
+        if not bad and self.family == 'lowrank' and self.rank > self.dim:
+            bad.append(f"`rank` {self.rank} > `dim` {self.dim}: the states live in d dimensions")
+        if not bad and self.outer == 'lbfgs' and self.anderson:
+            bad.append("`anderson` > 0 needs `outer` 'plain': it mixes the plain step's iterates")
+        for msg in bad:
             raise ValueError(msg)
+
+
+BENCH_HARA_CHOICES = dict(granularity=('seq', 'tok'), family=FAMILIES, outer=('plain', 'lbfgs'))
 
 
 BENCH_HARA_RANGES = dict(
@@ -499,6 +525,7 @@ BENCH_HARA_RANGES = dict(
     dim=_INT1,
     L_b=_INT1,
     repeats=_INT1,
+    rank=_INT1,
     max_iter=_INT1,
     inner_iter=_INT1,
     anderson=dict(lo=0, integer=True),

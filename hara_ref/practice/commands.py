@@ -32,6 +32,7 @@ from ..trainer.results import write_results
 from ..trainer.experiment import torch_threads
 from ..bench.scale import SCALE_CHOICES, BenchScaleConfig, bench_scale_main
 from hara_ref.bench.solvers import (
+    BENCH_HARA_CHOICES,
     BENCH_OT_CHOICES,
     BenchHaraConfig,
     BenchOtConfig,
@@ -297,12 +298,15 @@ def _print_bench_hara(r: dict, c: BenchHaraConfig):
     "The lines `hara-ref bench hara` prints."
     print(
         f"batch: {c.prompts} prompts x {c.rollouts} rollouts = {r['B']}, L={r['L']}, d={r['d']}, "
-        f"L_b={r['L_b']}, {r['dtype']}, "
+        f"L_b={r['L_b']}, {r['dtype']}, hidden states {r['family']}, outer step {c.outer}, "
         f"CPU threads={torch.get_num_threads()}"
     )
+    its = r['bary_iters_group']
+    capped = sum(i >= c.max_iter for i in its)
     print(
-        f"outcome groups: {r['groups']} (largest {r['K']}); barycenter iterations: "
-        f"{r['bary_iters']} (max {c.max_iter}); "
+        f"outcome groups: {r['groups']} (largest {r['K']}); barycenter iterations (plan solves) "
+        f"per group: {min(its)} to {max(its)}, median {sorted(its)[len(its) // 2]}, "
+        f"{capped} at the cap {c.max_iter}; "
         f"inner solver steps: {r['inner_iters']} (max {c.inner_iter} per barycenter iteration)"
     )
     print(f"hara_advantages ({c.granularity}): {r['t_hara']:.4f} s")
@@ -336,22 +340,24 @@ def bench_hara_cli(argv: list | None = None) -> int:
         description=bench_hara_cli.__doc__,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    choices = dict(granularity=('seq', 'tok'))
-    args = parsed(add_dataclass_flags(p, BenchHaraConfig, choices=choices), argv)
+    args = parsed(add_dataclass_flags(p, BenchHaraConfig, choices=BENCH_HARA_CHOICES), argv)
     if isinstance(args, int):
         return args
     try:
         c = BenchHaraConfig(**vars(args))
+        if c.out and (bad := out_file_problem(c.out)):
+            raise ValueError(bad)
     except ValueError as e:
         return refused('hara-ref bench hara', e, BenchHaraConfig)
     if c.quick:
-        c = replace(c, prompts=2, rollouts=8, length=128, dim=64)
+        c = replace(c, prompts=2, rollouts=8, length=128, dim=64, rank=min(c.rank, 64))
     dtype = torch.float64 if c.float64 else torch.float32
     bary_kw = {
         **BARY_DEFAULTS,
         'max_iter': c.max_iter,
         'inner_iter': c.inner_iter,
         'anderson': c.anderson,
+        'outer': c.outer,
     }
     if c.small:
         r = bench_hara_small(c.repeats if c.repeats > 1 else 20, dtype=dtype, bary_kw=bary_kw)
@@ -359,8 +365,11 @@ def bench_hara_cli(argv: list | None = None) -> int:
         return 0 if r['finite'] else 1
     with torch_threads(c.threads or 0):
         shape = (c.prompts, c.rollouts, c.length, c.dim, c.L_b, c.repeats)
-        r = bench_hara(*shape, dtype, c.granularity, bary_kw=bary_kw)
+        r = bench_hara(*shape, dtype, c.granularity, family=c.family, rank=c.rank, bary_kw=bary_kw)
         _print_bench_hara(r, c)
+    if c.out:
+        with open(c.out, 'w') as f:
+            json.dump(dict(args=asdict(c), machine=platform.platform(), result=r), f, indent=1)
     return 0 if r['finite'] else 1
 
 # %% ../../nbs/5_practice/30_commands.ipynb #38857543
