@@ -106,7 +106,7 @@ def _computed_rollouts(
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #7d83f968
 # HARA's `group_barycenters` settings (ours); caps go to notes
-BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=False, outer='plain')
+BARY_DEFAULTS = dict(max_iter=2000, tol=1e-5, inner_iter=500, anderson=0, warn=False, outer='lbfgs')
 
 # %% ../../nbs/6_engine/41_novelty_engine.ipynb #d2cfc5d3
 # the final plans' solver settings (ours; a cap, never reached by Newton)
