@@ -104,7 +104,7 @@ def hara_reference(
             continue  # nothing to compare with, or no advantage: w = 1
         m = mask[g]  # (K, T)
         C, phi, c = group_novelty(hidden[g], m, o)  # (K, T, L_b), (K, T, d+1), (K, T)
-        x, nu, ok = stage_excess(C, phi, m, c.sum(-1).mean(), o)  # (K, T), (K, L_b); n̄_g = mean N_k
+        x, nu, ok = stage_excess(C, phi, m, c.sum(-1).mean(), o)  # n̄_g = mean N_k
         if granularity == 'seq':  # x_i = the mean of x over the rollout's tokens
             x = (x.sum(-1, keepdim=True) / m.sum(-1, keepdim=True)) * m  # (K, T)
         w = hara_weights(x, A[g], kappa=o['kappa'], w_min=o['w_min'], w_max=o['w_max'])  # (K, T)
