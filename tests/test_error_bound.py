@@ -204,7 +204,7 @@ def test_general_identity(n, m, mass, alpha, chain, seed):
 
 
 def test_premise_is_the_special_case():
-    "Uniform weights on chains: m = 0 and Delta = 4 alpha R exactly as the paper states."
+    "Uniform weights on chains: m = 0 and Err = 4 alpha R exactly as the paper states."
     plan, _ = _plans(256, 7, 5, 3)
     tau = chain_positions(torch.ones(256, 7, dtype=torch.bool), f64)
     tb = chain_tau_bar(5)
@@ -232,7 +232,7 @@ def test_premise_formula_is_wrong_outside_it():
 
 def test_plans_off_their_marginals():
     """A plan perturbed off Pi(a, b) (as an entropic plan is): m and s come from the plan itself,
-    Delta stays exact."""
+    Err stays exact."""
     plan, a, b, g = _weighted_plans(128, 8, 6, 1.0, 11)
     # marginals off by up to 1 %
     plan = plan * (1 + 1e-2 * torch.rand(plan.shape, generator=g, dtype=f64))
@@ -291,14 +291,14 @@ def test_bound_beyond_premise_mass_one():
 
 @pytest.mark.parametrize('mass', [0.5, 2.0])
 def test_bound_beyond_premise_other_mass(mass):
-    "Mass != 1: Delta(T_lin) <= gap <= Delta(T_hat) still holds; for mass 2 the gap goes negative."
+    "Mass != 1: Err(T_lin) <= gap <= Err(T_hat) still holds; for mass 2 the gap goes negative."
     res = bound_study(n_instances=300, seed=3, weights='dirichlet', mass=mass)
     assert res['slack'].min() >= -1e-12 and res['lower_slack'].min() >= -1e-12
     assert (res['fgw'] <= res['F_T_lin'] + 1e-12).all()  # F(T_lin) >= best FGW value, always
     if mass > 1:
         assert res['gap'].min() < -0.05
     else:
-        assert res['gap'].min() > 0  # s < 1: Delta >= 2 alpha (1 - s) Lin > 0
+        assert res['gap'].min() > 0  # s < 1: Err >= 2 alpha (1 - s) Lin > 0
 
 
 def test_solve_instance_weights():

@@ -221,7 +221,7 @@ def linearization_gap(
     tau: torch.Tensor,  # (..., n) rollout positions
     tau_bar: torch.Tensor,  # (..., m) barycenter positions
     alpha: float,  # structure weight in [0, 1]
-) -> torch.Tensor:  # (...,) $\Delta(T) = F_{\mathrm{lin}}(T) - F(T)$
+) -> torch.Tensor:  # (...,) $\mathrm{Err}(T) = F_{\mathrm{lin}}(T) - F(T)$
     """Exact $F_{\\mathrm{lin}}(T)-F(T) = 4\\alpha R(T) + 2\\alpha m(T)^2 +
     2\\alpha(1-s)\\,\\mathrm{Lin}(T)$ at any plan, $O(L\\,L_b)$."""
     if not 0 <= _as_float(alpha) <= 1:
@@ -295,7 +295,7 @@ def solve_instance(
     ] + [T_lin]
     vals = [F(T) for T in plans]
     best = int(np.argmin(vals))
-    # Delta(T) = F_lin(T) - F(T)
+    # Err(T) = F_lin(T) - F(T)
     gap_at = lambda T: float(linearization_gap(t(T), t(tau), t(tau_bar), alpha))
     return dict(
         lfgw=float(M_lin.ravel() @ T_lin.ravel()),
@@ -320,7 +320,8 @@ def bound_study(
     mass: float = 1.0,  # total mass of both weight vectors
 ) -> dict:  # per-instance arrays: gap, R, rho, m, lower and upper bounds, slacks, certificate flags
     """Theorem 3.2's bound on random instances: $\\mathrm{LFGW}^\\star-\\mathrm{FGW}$ between
-    $\\Delta(T_{\\mathrm{lin}})$ and $\\Delta(\\hat T)$ at the best FGW plan $\\hat T$."""
+    $\\mathrm{Err}(T_{\\mathrm{lin}})$ and $\\mathrm{Err}(\\hat T)$ at the best FGW plan
+    $\\hat T$."""
     if weights not in ('uniform', 'dirichlet'):
         raise ValueError(f"weights must be 'uniform' or 'dirichlet', got {weights!r}")
     if not 0 < _as_float(mass) < math.inf:
