@@ -18,7 +18,7 @@ from ..ot.lfgw import chain_tau_bar, linear_cost
 # %% auto #0
 __all__ = ['LBFGS', 'feature_scales', 'group_weights', 'rollout_costs', 'feature_sums', 'feature_step', 'anderson_step',
            'anderson_history', 'anderson_next', 'fixed_point_error', 'semidual_values', 'lbfgs_history',
-           'lbfgs_direction', 'lbfgs_next', 'BarycenterState', 'SolvedPlans', 'barycenter_problem',
+           'lbfgs_direction', 'lbfgs_grams', 'lbfgs_next', 'BarycenterState', 'SolvedPlans', 'barycenter_problem',
            'compact_working_set', 'expand_working_set', 'HostReads']
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #bcdb1cb1
@@ -217,49 +217,70 @@ def semidual_values(
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #lbfgs003
 def lbfgs_history(Y: int, n_mem: int, Z: torch.Tensor) -> dict:
     """Empty quasi-Newton state of Y groups with iterates like Z (Y, L_b, d), flat (n = L_b d):
-    memory S, Yv (Y, n_mem, n), newest last, and its valid count (Y,); the accepted point
-    (Z, G = ∇F, Phi = Φ(Z), all (Y, n), F and |∇F| r (Y,)); the direction p (Y, n), step t, slope
-    ∇F·p, refused trials, and flags (Y,): plain phase over (`qn`), next point a plain fallback
-    (`mm`); plain steps and fallbacks taken (Y,)."""
+    memory S, Yv (Y, n_mem, n), a ring whose next pair goes to slot `head` (Y,), its products
+    SY = S Yv^T and YDY = Yv D Yv^T (Y, n_mem, n_mem) by slot, and its valid count (Y,); the
+    accepted point (Z, G = ∇F, Phi = Φ(Z), all (Y, n), F and |∇F| r (Y,)); the direction p
+    (Y, n), step t, slope ∇F·p, refused trials, and flags (Y,): plain phase over (`qn`), next
+    point a plain fallback (`mm`); plain steps and fallbacks taken (Y,)."""
     n, dev = Z[0].numel(), Z.device
     zeros = lambda: Z.new_zeros(Y, n)
     count = lambda: torch.zeros(Y, dtype=torch.long, device=dev)
     flag = lambda: torch.zeros(Y, dtype=torch.bool, device=dev)
     F = Z.new_full((Y,), math.inf, dtype=torch.float64)
-    return dict(S=Z.new_zeros(Y, n_mem, n), Yv=Z.new_zeros(Y, n_mem, n), count=count(),
-                Z=zeros(), G=zeros(), Phi=zeros(), F=F, r=Z.new_full((Y,), math.inf),
-                p=zeros(), t=Z.new_zeros(Y),
+    grams = lambda: Z.new_zeros(Y, n_mem, n_mem)
+    return dict(S=Z.new_zeros(Y, n_mem, n), Yv=Z.new_zeros(Y, n_mem, n), head=count(),
+                SY=grams(), YDY=grams(), count=count(), Z=zeros(), G=zeros(), Phi=zeros(), F=F,
+                r=Z.new_full((Y,), math.inf), p=zeros(), t=Z.new_zeros(Y),
                 slope=Z.new_zeros(Y), tries=count(), qn=flag(), mm=flag(), plain=count(),
                 fallbacks=count())  # fmt: skip
 
 
 def lbfgs_direction(
     G: torch.Tensor,  # (Y, n) gradients
-    S: torch.Tensor,  # (Y, m, n) steps s, newest last
-    Yv: torch.Tensor,  # (Y, m, n) gradient changes y
+    S: torch.Tensor,  # (Y, m, n) steps s, a ring: the newest in slot head - 1 (mod m)
+    Yv: torch.Tensor,  # (Y, m, n) gradient changes y, in the same slots
     count: torch.Tensor,  # (Y,) long, valid pairs (the newest `count` of the m)
     D: torch.Tensor,  # (n,) or (Y, n) diagonal preconditioner
+    head: torch.Tensor | None = None,  # (Y,) long, the slot the next pair goes to (None: 0)
+    # (Y, m, m) each their products S Yv^T and Yv D Yv^T by slot, kept by the caller (None: made)
+    grams: tuple | None = None,
 ) -> torch.Tensor:  # (Y, n) $-H\nabla F$
     """L-BFGS direction of every group at once, in the compact form of Byrd, Nocedal and Schnabel
     (1994): H = H0 + [S, H0 Y] W [S, H0 Y]^T with H0 = γD, a few batched products and two
-    triangular solves instead of the two-loop recursion's 4m steps (the same H)."""
-    m = S.shape[1]
-    valid = torch.arange(m, device=G.device) >= m - count.unsqueeze(-1)  # (Y, m)
-    S, Yv = S * valid.unsqueeze(-1), Yv * valid.unsqueeze(-1)  # invalid pairs: zero
-    SY = S @ Yv.transpose(-1, -2)  # (Y, m, m) s_i . y_j
+    triangular solves instead of the two-loop recursion's 4m steps (the same H). The products
+    over n run on the slots as stored; only the (m, m) and (m,) results are put in the order the
+    pairs were made (with head 0: newest last)."""
+    (Y, m, _), dev = S.shape, G.device
+    head = torch.zeros_like(count) if head is None else head
+    order = (torch.arange(m, device=dev) + head.unsqueeze(-1)) % m  # (Y, m) slot of the k-th
+    v = (torch.arange(m, device=dev) >= m - count.unsqueeze(-1)).to(G.dtype)  # (Y, m) valid
+    vv = v.unsqueeze(-1) * v.unsqueeze(-2)  # (Y, m, m)
+    vec = lambda x: x.squeeze(-1).gather(-1, order) * v  # (Y, m, 1) by slot -> (Y, m) by age
+    rows, cols = order.unsqueeze(-1).expand(Y, m, m), order.unsqueeze(-2).expand(Y, m, m)
+    mat = lambda x: x.gather(-2, rows).gather(-1, cols) * vv  # (Y, m, m) by slot -> by age
+    DG = D * G  # (Y, n) H0 g / γ
+    SY, YDY = lbfgs_grams(S, Yv, D) if grams is None else grams
+    SY, YDY = mat(SY), mat(YDY)  # (Y, m, m) s_i . y_j, y_i . D y_j
     sy = SY.diagonal(dim1=-2, dim2=-1)  # (Y, m)
-    R = SY.triu() + torch.diag_embed((~valid).to(SY.dtype))  # (Y, m, m) unit rows where invalid
-    DY = Yv * D.unsqueeze(-2)  # (Y, m, n)
-    y = Yv[:, -1]  # (Y, n) the newest pair
-    gam = torch.where(count > 0, sy[:, -1] / (y * D * y).sum(-1).clamp_min(1e-300), 1)  # (Y,)
-    a = (S @ G.unsqueeze(-1)).squeeze(-1)  # (Y, m) S^T g
-    c = gam.unsqueeze(-1) * (DY @ G.unsqueeze(-1)).squeeze(-1)  # (Y, m) Y^T H0 g
+    R = SY.triu() + torch.diag_embed(1 - v)  # (Y, m, m) unit rows where invalid
+    gam = torch.where(count > 0, sy[:, -1] / YDY[:, -1, -1].clamp_min(1e-300), 1)  # (Y,)
+    a = vec(S @ G.unsqueeze(-1))  # (Y, m) S^T g
+    c = gam.unsqueeze(-1) * vec(Yv @ DG.unsqueeze(-1))  # (Y, m) Y^T H0 g
     w = torch.linalg.solve_triangular(R, a.unsqueeze(-1), upper=True)  # (Y, m, 1) R^-1 a
-    YHY = gam[:, None, None] * (DY @ Yv.transpose(-1, -2))  # (Y, m, m) Y^T H0 Y
-    rhs = sy.unsqueeze(-1) * w + YHY @ w - c.unsqueeze(-1)  # (Y, m, 1)
+    rhs = sy.unsqueeze(-1) * w + gam[:, None, None] * (YDY @ w) - c.unsqueeze(-1)  # (Y, m, 1)
     u = torch.linalg.solve_triangular(R.transpose(-1, -2), rhs, upper=False)  # (Y, m, 1)
-    Hg = gam.unsqueeze(-1) * (D * G - (DY.transpose(-1, -2) @ w).squeeze(-1))
-    return -(Hg + (S.transpose(-1, -2) @ u).squeeze(-1))
+    slot = lambda x: torch.zeros_like(x).scatter(-2, order.unsqueeze(-1), x)  # by age -> slot
+    comb = lambda x, V: (slot(x).transpose(-1, -2) @ V).squeeze(-2)  # (Y, n) Σ_k x_k V_k
+    return -(gam.unsqueeze(-1) * (DG - D * comb(w, Yv)) + comb(u, S))
+
+
+def lbfgs_grams(
+    S: torch.Tensor,  # (Y, m, n) steps
+    Yv: torch.Tensor,  # (Y, m, n) gradient changes
+    D: torch.Tensor,  # (n,) or (Y, n) diagonal preconditioner
+) -> tuple:  # (Y, m, m) S Yv^T, (Y, m, m) Yv D Yv^T, by slot
+    "The memory's two products that `lbfgs_direction` needs, in the slots' order."
+    return S @ Yv.transpose(-1, -2), Yv @ (Yv * D.unsqueeze(-2)).transpose(-1, -2)
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #lbfgs005
 def lbfgs_next(
@@ -294,10 +315,20 @@ def lbfgs_next(
     s, y = x - lb['Z'], g - lb['G']  # (Y, n)
     sy = (s * y).sum(-1)  # (Y,)
     keep = acc & trial & (sy > 1e-12 * s.norm(dim=-1) * y.norm(dim=-1))
-    k3 = keep[:, None, None]
-    lb['S'] = torch.where(k3, torch.cat([lb['S'][:, 1:], s.unsqueeze(1)], 1), lb['S'])
-    lb['Yv'] = torch.where(k3, torch.cat([lb['Yv'][:, 1:], y.unsqueeze(1)], 1), lb['Yv'])
-    count = (lb['count'] + keep).clamp(max=lb['S'].shape[1])  # (Y,)
+    D, m = D.expand(Y, L_b, d).reshape(Y, -1), lb['S'].shape[1]  # (Y, n)
+    at, k1 = (torch.arange(Y, device=Z.device), lb['head']), keep.unsqueeze(-1)  # each ring's slot
+    lb['S'][at] = torch.where(k1, s, lb['S'][at])  # in place: one slot per group, no copy
+    lb['Yv'][at] = torch.where(k1, y, lb['Yv'][at])
+    # the new pair's row and column of the products SY and YDY: m dot products each, not m^2
+    mv = lambda V, x: (V @ x.unsqueeze(-1)).squeeze(-1)  # (Y, m)
+    sY, Sy, YDy = mv(lb['Yv'], s), mv(lb['S'], y), mv(lb['Yv'], D * y)  # (Y, m) each
+    new = k1 & (torch.arange(m, device=Z.device) == lb['head'].unsqueeze(-1))  # (Y, m) its slot
+    row, col = new.unsqueeze(-1), new.unsqueeze(-2)  # (Y, m, 1), (Y, 1, m)
+    SY = torch.where(row, sY.unsqueeze(-2), lb['SY'])
+    lb['SY'] = torch.where(col, Sy.unsqueeze(-1), SY)
+    YDY = torch.where(row, YDy.unsqueeze(-2), lb['YDY'])
+    lb['YDY'] = torch.where(col, YDy.unsqueeze(-1), YDY)
+    lb['head'], count = (lb['head'] + keep) % m, (lb['count'] + keep).clamp(max=m)  # (Y,)
     count = torch.where(acc & lb['mm'], 0, count)  # after a fallback, the memory starts anew
     a1 = acc.unsqueeze(-1)
     for u, k in ((x, 'Z'), (g, 'G'), (phi, 'Phi')):
@@ -307,7 +338,8 @@ def lbfgs_next(
     switch = acc & ~lb['qn'] & ((change < cfg['switch']) | (lb['plain'] >= cfg['plain_steps']))
     lb['qn'] = qn = lb['qn'] | switch  # (Y,)
     # the direction at the accepted points
-    p = lbfgs_direction(lb['G'], lb['S'], lb['Yv'], count, D.expand(Y, L_b, d).reshape(Y, -1))
+    grams = lb['SY'], lb['YDY']
+    p = lbfgs_direction(lb['G'], lb['S'], lb['Yv'], count, D, lb['head'], grams)
     slope = (lb['G'] * p).sum(-1)  # (Y,)
     node = p.view(Y, L_b, d).norm(dim=-1).amax(-1)  # (Y,) the largest node move of a full step
     t0 = (cap / node.clamp_min(1e-300)).clamp(max=1)  # (Y,)
