@@ -119,6 +119,22 @@ def show(r: dict) -> None:
     )
 
 
+def provenance(script: str, argv) -> dict:
+    "How a run was made: its command, code, machine, threads (one) and date."
+    code = subprocess.run(
+        ['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    cpu = [x for x in Path('/proc/cpuinfo').read_text().splitlines() if 'model name' in x]
+    return dict(
+        command=' '.join([f'python {script}', *(argv or sys.argv[1:])]),
+        code=code,
+        machine=(cpu[0].split(':', 1)[1].strip() if cpu else platform.machine())
+        + f', {os.cpu_count()} cores',
+        threads=1,
+        measured_on=time.strftime('%Y-%m-%d'),
+    )
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     p.add_argument('--shapes', nargs='+', default=['16x256x512'], help='B x T x d of each batch')
@@ -138,18 +154,7 @@ def main(argv=None) -> None:
         rows.append(row('qwen-tiny', 0, 0, 0, 0, not a.no_tight_plain))
         show(rows[-1])
     if a.out:
-        code = subprocess.run(
-            ['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True
-        ).stdout.strip()
-        cpu = [x for x in Path('/proc/cpuinfo').read_text().splitlines() if 'model name' in x]
-        meta = dict(
-            command=' '.join(['python tools/bench_families.py', *(argv or sys.argv[1:])]),
-            code=code,
-            machine=(cpu[0].split(':', 1)[1].strip() if cpu else platform.machine())
-            + f', {os.cpu_count()} cores',
-            threads=1,
-            measured_on=time.strftime('%Y-%m-%d'),
-        )
+        meta = provenance('tools/bench_families.py', argv)
         a.out.write_text(json.dumps(dict(meta, rows=rows), indent=1) + '\n')
 
 
