@@ -199,7 +199,7 @@ def fixed_point_error(
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #lbfgs002
 # the quasi-Newton outer solver's settings (`group_barycenters(outer='lbfgs')`)
-LBFGS = dict(memory=10, switch=0.05, plain_steps=50, c1=1e-4, shrink=0.3, tries=6, cap=0.25)
+LBFGS = dict(memory=10, switch=1e-2, plain_steps=50, c1=1e-4, shrink=0.3, tries=6, cap=0.25)
 
 
 def semidual_values(
