@@ -19,17 +19,15 @@ import argparse
 import contextlib
 import json
 import sys
-import time
 from pathlib import Path
 
 import torch
 
-import hara_ref
 from hara_ref.engine.bary_steps import LBFGS
 from hara_ref.engine.novelty import BARY_DEFAULTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_families import QWEN, batch, provenance, qwen_batch  # noqa: E402
+from bench_families import QWEN, batch, call, provenance, qwen_batch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,16 +44,15 @@ def switch_at(value: float):
 
 
 def solve(h, m, r, g, outer: str) -> dict:
-    "One `hara_advantages` call: seconds, solves and objective per group, caps."
-    t = time.perf_counter()
-    _, rw = hara_ref.hara_advantages(h, m, r, g, bary_kw=dict(outer=outer))
-    secs = time.perf_counter() - t
+    "One `hara_advantages` call (`bench_families.call`): seconds, solves, objective, caps, warned."
+    secs, rw, warned = call(h, m, r, g, outer)
     its = [int(x) for x in rw.novelty.bary_iters_group]
     return dict(
         seconds=round(secs, 3),
         solves=its,
         at_cap=[i >= BARY_DEFAULTS['max_iter'] for i in its],
         objective=[float(x) for x in rw.novelty.bary_objective.double()],
+        warned=warned,
     )
 
 
