@@ -1,20 +1,22 @@
 """HARA's cost and precision on each family of hidden states, the plain outer step against the
 quasi-Newton one, measured side by side in one run.
 
-    python tools/bench_families.py [--shapes 16x256x512 ...] [--ranks 4 8 16 64] [--out FILE.json]
+    python tools/bench_families.py [--shapes 16x256x512 ...] [--ranks 4 8 16 64] [--repeat 3]
+                                    [--out FILE.json]
 
 For each family (chapter 01's `hidden_family`: planted stages, isotropic, low rank + 5 % noise) and
 each shape B x T x d (one prompt of B rollouts, half correct), and for the real hidden states of the
 tiny Qwen3 that `make train` trained (`nbs/results/qwen_states.pt`, `tools/qwen_states.py`: 8
 held-out prompts x 16 rollouts, their own rewards), and for each outer solver of the
 barycenter (`bary_kw=dict(outer=...)`: 'plain', the fixed point Z <- Φ(Z); 'lbfgs', the default),
-one `hara_advantages` call at its defaults on one thread: its time, the barycenter iterations (plan
+`hara_advantages` at its defaults on one thread: its time (the median of `repeat` calls, the two
+solvers' calls alternating, each call's time kept too), the barycenter iterations (plan
 solves) of each outcome group, whether a group met the cap, each group's objective F and residual
 max|Φ(Z) - Z|, and how far its weights are from a 100x tighter solve by the same solver (barycenter
 tolerance 100x smaller, final plans 100x tighter, cap raised), which continues the same iteration
 from where the default stopped: the solve that certifies the default's answer. The two solvers
 may stop at different stationary points of the objective: each row also gives their weights'
-distance and the objective's relative difference per group. The calls alternate in one process.
+distance and the objective's relative difference per group. All calls run in one process.
 """
 
 import argparse
@@ -71,19 +73,29 @@ def qwen_batch(path: Path) -> tuple:
     return x['hidden'].float(), x['mask'], x['rewards'], x['prompt_ids']
 
 
-def row(family: str, B: int, T: int, d: int, rank: int, tight_plain: bool = True) -> dict:
+def row(
+    family: str, B: int, T: int, d: int, rank: int, tight_plain: bool = True, repeat: int = 1
+) -> dict:
+    "One batch: `repeat` timed calls of each outer step, alternating; the tight solves once."
     if family == 'qwen-tiny':
         h, m, r, g = qwen_batch(QWEN)
         B, T, d = h.shape
     else:
         h, m, r, g = batch(family, B, T, d, rank)
     out = dict(family=family if family != 'lowrank' else f'lowrank-{rank}', shape=f'{B}x{T}x{d}')
-    for outer in ('plain', 'lbfgs'):
-        secs, rw, warned = call(h, m, r, g, outer)
+    timed = {'plain': [], 'lbfgs': []}  # outer: [(seconds, result, warnings)] in call order
+    for _ in range(repeat):
+        for outer in timed:
+            timed[outer].append(call(h, m, r, g, outer))
+    for outer, calls in timed.items():
+        _, rw, warned = calls[0]  # the same iterations and weights every time (deterministic)
+        each = sorted(c[0] for c in calls)
+        secs = each[(len(each) - 1) // 2]  # the median (the lower one of an even count)
         nov = rw.novelty
         iters = [int(x) for x in nov.bary_iters_group]
         res = dict(
             seconds=round(secs, 3),
+            seconds_each=[round(c[0], 3) for c in calls],
             iterations=iters,
             at_cap=[i >= BARY_DEFAULTS['max_iter'] for i in iters],
             objective=[float(x) for x in nov.bary_objective],
@@ -101,6 +113,7 @@ def row(family: str, B: int, T: int, d: int, rank: int, tight_plain: bool = True
     out['weights_apart'] = float((wp - wl).abs().max())  # the two stationary points' weights
     Fp, Fl = out['plain']['objective'], out['lbfgs']['objective']
     out['objective_change'] = [(b - a) / abs(a) for a, b in zip(Fp, Fl)]  # relative, per group
+    out['repeat'] = repeat  # timed calls of each outer step; 'seconds' is their median
     out['solves_ratio'] = sum(out['plain']['iterations']) / sum(out['lbfgs']['iterations'])
     out['time_ratio'] = out['plain']['seconds'] / out['lbfgs']['seconds']
     return out
@@ -140,6 +153,7 @@ def main(argv=None) -> None:
     p.add_argument('--shapes', nargs='+', default=['16x256x512'], help='B x T x d of each batch')
     p.add_argument('--ranks', nargs='+', type=int, default=[4, 8, 16, 64], help="'lowrank' ranks")
     p.add_argument('--no-tight-plain', action='store_true', help="no tight solve of 'plain'")
+    p.add_argument('--repeat', type=int, default=3, help='timed calls of each outer step (median)')
     p.add_argument('--out', type=Path, help='write the rows and how they were measured (JSON)')
     a = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -148,10 +162,10 @@ def main(argv=None) -> None:
         B, T, d = (int(x) for x in shape.split('x'))
         cases = [('planted', 16), ('isotropic', 16)] + [('lowrank', k) for k in a.ranks]
         for family, rank in cases:
-            rows.append(row(family, B, T, d, rank, not a.no_tight_plain))
+            rows.append(row(family, B, T, d, rank, not a.no_tight_plain, a.repeat))
             show(rows[-1])
     if QWEN.exists():  # the real hidden states of the trained tiny Qwen3, at their own shape
-        rows.append(row('qwen-tiny', 0, 0, 0, 0, not a.no_tight_plain))
+        rows.append(row('qwen-tiny', 0, 0, 0, 0, not a.no_tight_plain, a.repeat))
         show(rows[-1])
     if a.out:
         meta = provenance('tools/bench_families.py', argv)

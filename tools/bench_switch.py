@@ -16,31 +16,19 @@ largest relative objective.
 """
 
 import argparse
-import contextlib
 import json
 import sys
 from pathlib import Path
 
 import torch
 
-from hara_ref.engine.bary_steps import LBFGS
+from hara_ref.engine.bary_steps import LBFGS, lbfgs_settings
 from hara_ref.engine.novelty import BARY_DEFAULTS
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_families import QWEN, batch, call, provenance, qwen_batch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@contextlib.contextmanager
-def switch_at(value: float):
-    "`LBFGS['switch']` set to value inside the block, restored after it."
-    old = LBFGS['switch']
-    LBFGS['switch'] = value
-    try:
-        yield
-    finally:
-        LBFGS['switch'] = old
 
 
 def solve(h, m, r, g, outer: str) -> dict:
@@ -61,7 +49,7 @@ def instance(name: str, data: tuple, switches: list) -> dict:
     out = dict(name=name, plain=solve(*data, 'plain'), lbfgs={})
     F0 = out['plain']['objective']
     for sw in switches:
-        with switch_at(sw):
+        with lbfgs_settings(switch=sw):
             res = solve(*data, 'lbfgs')
         res['objective_change'] = [(b - a) / abs(a) for a, b in zip(F0, res['objective'])]
         out['lbfgs'][str(sw)] = res

@@ -18,6 +18,7 @@ import torch
 from .solvers import bench_config_errors, bench_hara, sync
 from ..trainer.experiment import torch_threads
 from ..engine.novelty import BARY_DEFAULTS
+from ..engine.barycenters import outer_conflict
 from ..rlvr.data import FAMILIES
 from ..ot.complexity import timed
 from ..train.policy import token_stats
@@ -288,8 +289,8 @@ class BenchScaleConfig:
                 f"`hara_prompts` {self.hara_prompts} > `prompts` {self.prompts}: HARA is timed on "
                 "some of the step's prompts"
             )
-        if not bad and self.outer == 'lbfgs' and self.anderson:
-            bad.append("`anderson` > 0 needs `outer` 'plain': it mixes the plain step's iterates")
+        if not bad and (why := outer_conflict(self.outer, self.anderson, '`{}`')):
+            bad.append(why)
         for msg in bad:
             raise ValueError(msg)
 

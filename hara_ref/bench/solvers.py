@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import ot
 from ..engine.sinkhorn import sinkhorn_log
-from ..engine.barycenters import linearized_barycenter
+from ..engine.barycenters import linearized_barycenter, outer_conflict
 from ..ot.complexity import bench_rollouts, pot_fgw_barycenter, timed, loglog_slope
 from ..engine.hara_engine import hara_advantages
 from ..engine.novelty import BARY_DEFAULTS
@@ -509,8 +509,8 @@ class BenchHaraConfig:
         bad = bench_config_errors(self, BENCH_HARA_RANGES, BENCH_HARA_CHOICES)
         if not bad and self.family == 'lowrank' and self.rank > self.dim:
             bad.append(f"`rank` {self.rank} > `dim` {self.dim}: the states live in d dimensions")
-        if not bad and self.outer == 'lbfgs' and self.anderson:
-            bad.append("`anderson` > 0 needs `outer` 'plain': it mixes the plain step's iterates")
+        if not bad and (why := outer_conflict(self.outer, self.anderson, '`{}`')):
+            bad.append(why)
         for msg in bad:
             raise ValueError(msg)
 

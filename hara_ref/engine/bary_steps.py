@@ -5,6 +5,7 @@
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #fe7df646
 from __future__ import annotations
 import collections
+import contextlib
 import math
 import torch
 from dataclasses import dataclass, fields
@@ -17,9 +18,9 @@ from ..ot.lfgw import chain_tau_bar, linear_cost
 
 # %% auto #0
 __all__ = ['LBFGS', 'feature_scales', 'group_weights', 'rollout_costs', 'feature_sums', 'feature_step', 'anderson_step',
-           'anderson_history', 'anderson_next', 'fixed_point_error', 'semidual_values', 'lbfgs_history',
-           'lbfgs_direction', 'lbfgs_grams', 'lbfgs_next', 'BarycenterState', 'SolvedPlans', 'barycenter_problem',
-           'compact_working_set', 'expand_working_set', 'HostReads']
+           'anderson_history', 'anderson_next', 'fixed_point_error', 'lbfgs_settings', 'semidual_values',
+           'lbfgs_history', 'lbfgs_direction', 'lbfgs_grams', 'lbfgs_next', 'BarycenterState', 'SolvedPlans',
+           'barycenter_problem', 'compact_working_set', 'expand_working_set', 'HostReads']
 
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #bcdb1cb1
 def feature_scales(
@@ -200,6 +201,21 @@ def fixed_point_error(
 # %% ../../nbs/6_engine/33_bary_steps.ipynb #lbfgs002
 # the quasi-Newton outer solver's settings (`group_barycenters(outer='lbfgs')`)
 LBFGS = dict(memory=10, switch=1e-2, plain_steps=50, c1=1e-4, shrink=0.3, tries=6, cap=0.25)
+
+
+@contextlib.contextmanager
+def lbfgs_settings(**changes):
+    "`LBFGS` with `changes` (some of its keys) inside the block, as it was after it, error or not."
+    unknown = sorted(set(changes) - set(LBFGS))
+    if unknown:
+        raise KeyError(f"not settings of LBFGS: {unknown}; they are {sorted(LBFGS)}")
+    old = dict(LBFGS)
+    LBFGS.update(changes)
+    try:
+        yield LBFGS
+    finally:
+        LBFGS.clear()
+        LBFGS.update(old)
 
 
 def semidual_values(

@@ -45,8 +45,8 @@ from hara_ref.ot.lfgw import (
 )
 
 # %% auto #0
-__all__ = ['TRIALS', 'BARY_RANGES', 'BARY_OPTIONAL', 'check_setting', 'check_bary_settings', 'group_barycenters',
-           'linearized_barycenter']
+__all__ = ['TRIALS', 'BARY_RANGES', 'BARY_OPTIONAL', 'check_setting', 'check_bary_settings', 'outer_conflict',
+           'group_barycenters', 'linearized_barycenter']
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #50c95d1b
 # Newton line-search trials per sweep until the first check, when they adapt (`trials=None`)
@@ -426,6 +426,18 @@ def check_bary_settings(
     rule = lambda k: (BARY_RANGES[k], k in BARY_OPTIONAL)
     return {k: check_setting(name.format(k), v, *rule(k)) for k, v in settings.items()}
 
+
+def outer_conflict(
+    outer: str,  # the outer step, 'plain' or 'lbfgs'
+    anderson: int,  # Anderson's memory (0: none)
+    name: str = '{}',  # how the message names a setting, as in `check_bary_settings`
+) -> str | None:
+    "Why the two settings cannot go together, or None: Anderson mixes the plain step's iterates."
+    if outer == 'lbfgs' and anderson:
+        a, o = name.format('anderson'), name.format('outer')
+        return f"{a}={anderson} is an option of {o}='plain' (it mixes the plain step's iterates)"
+    return None
+
 # %% ../../nbs/6_engine/34_barycenters.ipynb #a9aa0449
 def group_barycenters(
     h: torch.Tensor,  # (N, T, d) hidden states of the rollouts, in any order (never copied)
@@ -490,8 +502,8 @@ def group_barycenters(
         L_b=L_b, reg=reg, tol=tol, stop_thr=stop_thr, inner_rtol=inner_rtol,
         inner_iter=inner_iter, anderson=anderson, warn=warn, outer=outer,
     )  # fmt: skip
-    if s['outer'] == 'lbfgs' and s['anderson']:
-        raise ValueError(f"anderson={anderson} is an option of outer='plain', not of 'lbfgs'")
+    if why := outer_conflict(s['outer'], s['anderson']):
+        raise ValueError(why)
     L_b, reg, tol, stop_thr = s['L_b'], s['reg'], s['tol'], s['stop_thr']
     inner_rtol, inner_iter, anderson = s['inner_rtol'], s['inner_iter'], s['anderson']
     settings = dict(alpha=alpha, reg=reg, inner_rtol=inner_rtol, inner_iter=inner_iter)
