@@ -10,7 +10,9 @@ tiny Qwen3 that `make train` trained (`nbs/results/qwen_states.pt`, `tools/qwen_
 held-out prompts x 16 rollouts, their own rewards), and for each outer solver of the
 barycenter (`bary_kw=dict(outer=...)`: 'plain', the fixed point Z <- Φ(Z); 'lbfgs', the default),
 `hara_advantages` at its defaults on one thread: its time (the median of `repeat` calls, the two
-solvers' calls alternating, each call's time kept too), the barycenter iterations (plan
+solvers' calls alternating, each call's time kept too) and the part of it spent in the barycenter
+(`group_barycenters` with its final plans; the rest is the features, the medians and the
+weights), the barycenter iterations (plan
 solves) of each outcome group, whether a group met the cap, each group's objective F and residual
 max|Φ(Z) - Z|, and how far its weights are from a 100x tighter solve by the same solver (barycenter
 tolerance 100x smaller, final plans 100x tighter, cap raised), which continues the same iteration
@@ -32,6 +34,7 @@ from pathlib import Path
 import torch
 
 import hara_ref
+import hara_ref.engine.novelty as novelty
 from hara_ref.engine.novelty import BARY_DEFAULTS, PLAN_DEFAULTS
 from hara_ref.rlvr.data import hidden_family
 
@@ -51,9 +54,19 @@ def weights(rw) -> torch.Tensor:
     return rw.weights.double()  # (B, T)
 
 
-def call(h, m, r, g, outer: str, tight: bool = False) -> tuple:
-    "One `hara_advantages` call: seconds, its result, the warnings it raised."
+def call(h, m, r, g, outer: str, tight: bool = False, parts: dict | None = None) -> tuple:
+    """One `hara_advantages` call: seconds, its result, the warnings it raised; with `parts`, also
+    the seconds spent in the barycenter (`group_barycenters`, its final plans included) go there
+    as parts['barycenter']: the rest of the call (features, medians, weights) is the difference."""
     kw = dict(bary_kw=dict(outer=outer))
+    inner, spent = novelty.group_barycenters, []
+
+    def timed_barycenters(*a, **k):
+        t0 = time.perf_counter()
+        out = inner(*a, **k)
+        spent.append(time.perf_counter() - t0)
+        return out
+
     if tight:
         kw['bary_kw'].update(
             tol=BARY_DEFAULTS['tol'] / 100, max_iter=20 * BARY_DEFAULTS['max_iter']
@@ -61,9 +74,15 @@ def call(h, m, r, g, outer: str, tight: bool = False) -> tuple:
         kw['plan_kw'] = dict(stop_thr=PLAN_DEFAULTS['stop_thr'] / 100)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        t = time.perf_counter()
-        _, rw = hara_ref.hara_advantages(h, m, r, g, **kw)
-        secs = time.perf_counter() - t
+        novelty.group_barycenters = timed_barycenters if parts is not None else inner
+        try:
+            t = time.perf_counter()
+            _, rw = hara_ref.hara_advantages(h, m, r, g, **kw)
+            secs = time.perf_counter() - t
+        finally:
+            novelty.group_barycenters = inner
+    if parts is not None:
+        parts['barycenter'] = sum(spent)
     return secs, rw, sorted({str(w.message)[:80] for w in caught})
 
 
@@ -83,19 +102,24 @@ def row(
     else:
         h, m, r, g = batch(family, B, T, d, rank)
     out = dict(family=family if family != 'lowrank' else f'lowrank-{rank}', shape=f'{B}x{T}x{d}')
-    timed = {'plain': [], 'lbfgs': []}  # outer: [(seconds, result, warnings)] in call order
+    # outer: [(seconds, result, warnings, {'barycenter': seconds})] in call order
+    timed = {'plain': [], 'lbfgs': []}
     for _ in range(repeat):
         for outer in timed:
-            timed[outer].append(call(h, m, r, g, outer))
+            parts = {}
+            timed[outer].append((*call(h, m, r, g, outer, parts=parts), parts))
     for outer, calls in timed.items():
-        _, rw, warned = calls[0]  # the same iterations and weights every time (deterministic)
-        each = sorted(c[0] for c in calls)
-        secs = each[(len(each) - 1) // 2]  # the median (the lower one of an even count)
+        _, rw, warned, _ = calls[0]  # the same iterations and weights every time (deterministic)
+        median = lambda xs: sorted(xs)[(len(xs) - 1) // 2]  # (the lower one of an even count)
+        secs = median([c[0] for c in calls])
         nov = rw.novelty
         iters = [int(x) for x in nov.bary_iters_group]
         res = dict(
             seconds=round(secs, 3),
             seconds_each=[round(c[0], 3) for c in calls],
+            # the seconds of those calls spent in the barycenter, their median
+            barycenter_seconds=round(median([c[3]['barycenter'] for c in calls]), 3),
+            barycenter_each=[round(c[3]['barycenter'], 3) for c in calls],
             iterations=iters,
             at_cap=[i >= BARY_DEFAULTS['max_iter'] for i in iters],
             objective=[float(x) for x in nov.bary_objective],
@@ -133,10 +157,10 @@ def show(r: dict) -> None:
 
 
 def provenance(script: str, argv) -> dict:
-    "How a run was made: its command, code, machine, threads (one) and date."
-    code = subprocess.run(
-        ['git', 'rev-parse', '--short', 'HEAD'], cwd=ROOT, capture_output=True, text=True
-    ).stdout.strip()
+    "How a run was made: its command, code (+: with changes not committed), machine, threads, date."
+    git = lambda *a: subprocess.run(['git', *a], cwd=ROOT, capture_output=True, text=True).stdout
+    code = git('rev-parse', '--short', 'HEAD').strip()
+    code += '+' if git('status', '--porcelain', '--untracked-files=no').strip() else ''
     cpu = [x for x in Path('/proc/cpuinfo').read_text().splitlines() if 'model name' in x]
     return dict(
         command=' '.join([f'python {script}', *(argv or sys.argv[1:])]),

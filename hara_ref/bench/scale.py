@@ -18,7 +18,7 @@ import torch
 from .solvers import bench_config_errors, bench_hara, sync
 from ..trainer.experiment import torch_threads
 from ..engine.novelty import BARY_DEFAULTS
-from ..engine.barycenters import outer_conflict
+from ..engine.barycenter_checks import outer_conflict
 from ..rlvr.data import FAMILIES
 from ..ot.complexity import timed
 from ..train.policy import token_stats

@@ -12,7 +12,8 @@ import numpy as np
 import torch
 import ot
 from ..engine.sinkhorn import sinkhorn_log
-from ..engine.barycenters import linearized_barycenter, outer_conflict
+from ..engine.barycenters import linearized_barycenter
+from ..engine.barycenter_checks import outer_conflict
 from ..ot.complexity import bench_rollouts, pot_fgw_barycenter, timed, loglog_slope
 from ..engine.hara_engine import hara_advantages
 from ..engine.novelty import BARY_DEFAULTS

@@ -9,7 +9,8 @@ import torch
 from ..ot.fgw_barycenter import fgw_barycenter
 
 # %% auto #0
-__all__ = ['check_fgw_barycenter_inputs', 'checked_fgw_barycenter', 'check_barycenter_inputs', 'check_group_inputs']
+__all__ = ['check_fgw_barycenter_inputs', 'checked_fgw_barycenter', 'check_barycenter_inputs', 'check_group_inputs',
+           'outer_conflict']
 
 # %% ../../nbs/6_engine/37_barycenter_checks.ipynb #b8dee878
 # as `fgw_barycenter`; tensors or NumPy arrays
@@ -133,3 +134,15 @@ def check_group_inputs(h, mask, group, n_groups, alpha, solver):
     if group.numel() and int(group.max()) >= Y:
         raise ValueError(f"group ids must be < n_groups = {Y}, got {int(group.max())}")
     return group, Y
+
+# %% ../../nbs/6_engine/37_barycenter_checks.ipynb #bc400018
+def outer_conflict(
+    outer: str,  # the outer step, 'plain' or 'lbfgs'
+    anderson: int,  # Anderson's memory (0: none)
+    name: str = '{}',  # how the message names a setting: '{}' its name, '`{}`' a config field
+) -> str | None:
+    "Why the two settings cannot go together, or None: Anderson mixes the plain step's iterates."
+    if outer == 'lbfgs' and anderson:
+        a, o = name.format('anderson'), name.format('outer')
+        return f"{a}={anderson} is an option of {o}='plain' (it mixes the plain step's iterates)"
+    return None

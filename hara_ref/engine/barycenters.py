@@ -11,6 +11,7 @@ from .sinkhorn import sinkhorn_log
 from ..ot.entropic import ConvergenceWarning, stop_floor
 from .newton import semidual_newton, newton_start, newton_trial
 from .barycenter_checks import check_barycenter_inputs, check_group_inputs
+from .barycenter_checks import outer_conflict
 from ..ot.fgw import chain_positions
 from .ot_checks import check_iterations
 from .checks import check_scalar
@@ -45,8 +46,8 @@ from hara_ref.ot.lfgw import (
 )
 
 # %% auto #0
-__all__ = ['TRIALS', 'BARY_RANGES', 'BARY_OPTIONAL', 'check_setting', 'check_bary_settings', 'outer_conflict',
-           'group_barycenters', 'linearized_barycenter']
+__all__ = ['TRIALS', 'BARY_RANGES', 'BARY_OPTIONAL', 'check_setting', 'check_bary_settings', 'group_barycenters',
+           'linearized_barycenter']
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #50c95d1b
 # Newton line-search trials per sweep until the first check, when they adapt (`trials=None`)
@@ -425,18 +426,6 @@ def check_bary_settings(
     TypeError naming the first one outside its range."""
     rule = lambda k: (BARY_RANGES[k], k in BARY_OPTIONAL)
     return {k: check_setting(name.format(k), v, *rule(k)) for k, v in settings.items()}
-
-
-def outer_conflict(
-    outer: str,  # the outer step, 'plain' or 'lbfgs'
-    anderson: int,  # Anderson's memory (0: none)
-    name: str = '{}',  # how the message names a setting, as in `check_bary_settings`
-) -> str | None:
-    "Why the two settings cannot go together, or None: Anderson mixes the plain step's iterates."
-    if outer == 'lbfgs' and anderson:
-        a, o = name.format('anderson'), name.format('outer')
-        return f"{a}={anderson} is an option of {o}='plain' (it mixes the plain step's iterates)"
-    return None
 
 # %% ../../nbs/6_engine/34_barycenters.ipynb #a9aa0449
 def group_barycenters(
