@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import subprocess
 import time
@@ -74,7 +75,8 @@ def call(h, m, r, g, outer: str, tight: bool = False, parts: dict | None = None)
         kw['plan_kw'] = dict(stop_thr=PLAN_DEFAULTS['stop_thr'] / 100)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        novelty.group_barycenters = timed_barycenters if parts is not None else inner
+        if parts is not None:
+            novelty.group_barycenters = timed_barycenters
         try:
             t = time.perf_counter()
             _, rw = hara_ref.hara_advantages(h, m, r, g, **kw)
@@ -110,15 +112,13 @@ def row(
             timed[outer].append((*call(h, m, r, g, outer, parts=parts), parts))
     for outer, calls in timed.items():
         _, rw, warned, _ = calls[0]  # the same iterations and weights every time (deterministic)
-        median = lambda xs: sorted(xs)[(len(xs) - 1) // 2]  # (the lower one of an even count)
-        secs = median([c[0] for c in calls])
         nov = rw.novelty
         iters = [int(x) for x in nov.bary_iters_group]
         res = dict(
-            seconds=round(secs, 3),
+            seconds=round(statistics.median_low(c[0] for c in calls), 3),  # a measured call
             seconds_each=[round(c[0], 3) for c in calls],
             # the seconds of those calls spent in the barycenter, their median
-            barycenter_seconds=round(median([c[3]['barycenter'] for c in calls]), 3),
+            barycenter_seconds=round(statistics.median_low(c[3]['barycenter'] for c in calls), 3),
             barycenter_each=[round(c[3]['barycenter'], 3) for c in calls],
             iterations=iters,
             at_cap=[i >= BARY_DEFAULTS['max_iter'] for i in iters],
@@ -137,7 +137,6 @@ def row(
     out['weights_apart'] = float((wp - wl).abs().max())  # the two stationary points' weights
     Fp, Fl = out['plain']['objective'], out['lbfgs']['objective']
     out['objective_change'] = [(b - a) / abs(a) for a, b in zip(Fp, Fl)]  # relative, per group
-    out['repeat'] = repeat  # timed calls of each outer step; 'seconds' is their median
     out['solves_ratio'] = sum(out['plain']['iterations']) / sum(out['lbfgs']['iterations'])
     out['time_ratio'] = out['plain']['seconds'] / out['lbfgs']['seconds']
     return out
@@ -193,7 +192,8 @@ def main(argv=None) -> None:
         show(rows[-1])
     if a.out:
         meta = provenance('tools/bench_families.py', argv)
-        a.out.write_text(json.dumps(dict(meta, rows=rows), indent=1) + '\n')
+        # repeat: timed calls of each outer step, 'seconds' their median
+        a.out.write_text(json.dumps(dict(meta, repeat=a.repeat, rows=rows), indent=1) + '\n')
 
 
 if __name__ == '__main__':
